@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package clashd needs to build, test and benchmark.
+# The one list used by the README quick start, .ci/run and docker/: keep it the only one.
+# Idempotent: packages already present are not downloaded again.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git ca-certificates clang-format
+  # geometry core
+  libeigen3-dev libabsl-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  # comparison libraries (benchmarks only)
+  libfcl-dev libembree-dev
+  # CAD import (OCCT 7.6) and sample files
+  libocct-foundation-dev libocct-modeling-data-dev libocct-modeling-algorithms-dev
+  libocct-data-exchange-dev libocct-ocaf-dev occt-misc
+  # service
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${#missing[@]} package(s): ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
