@@ -1,0 +1,98 @@
+// A part: a validated mesh with its adaptive AABB/OBB hierarchy, in the part's own frame.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "clash/geom/adaptive_bv.h"
+#include "clash/geom/bvh_build.h"
+#include "clash/geom/mesh.h"
+
+namespace clash::geom {
+
+/// Largest leaf a part's hierarchy may have (queries keep a leaf's triangles on the stack).
+inline constexpr int kMaxLeafSize = 16;
+
+/// Settings for building a part's hierarchy.
+struct PartOptions {
+  BvhBuildOptions bvh;   ///< Topology builder.
+  AdaptiveBvOptions bv;  ///< Node volume choice.
+};
+
+/// A hierarchy node (56 bytes): a box centre and half extents in the part frame, and the
+/// box's axes: the identity for an AABB node, rotations[obb_slot] for an OBB node.
+/// Inner nodes have children `index` and `index + 1`; leaves hold
+/// prims[index .. index + count).
+struct BvhNode {
+  Vec3 center;     ///< Box centre (part frame).
+  Vec3 half;       ///< Half extents along the box axes (inflated to stay conservative).
+  uint32_t index;  ///< First child, or first primitive slot.
+  uint32_t meta;   ///< Bits 0-7: primitive count (0 = inner); bits 8-31: OBB slot + 1 (0 = AABB).
+
+  /// True for a leaf.
+  [[nodiscard]] bool IsLeaf() const { return (meta & 0xffu) != 0; }
+  /// Primitive count of a leaf.
+  [[nodiscard]] uint32_t Count() const { return meta & 0xffu; }
+  /// True for an oriented node.
+  [[nodiscard]] bool IsObb() const { return (meta >> 8) != 0; }
+  /// Index into Part::rotations() (only for an OBB node).
+  [[nodiscard]] uint32_t ObbSlot() const { return (meta >> 8) - 1; }
+};
+
+/// What the hierarchy of a part looks like.
+struct PartStats {
+  std::size_t nodes = 0;           ///< All nodes.
+  std::size_t leaves = 0;          ///< Leaf nodes.
+  std::size_t aabb_nodes = 0;      ///< Nodes with an axis-aligned box.
+  std::size_t obb_nodes = 0;       ///< Nodes with an oriented box.
+  int depth = 0;                   ///< Hierarchy depth.
+  double sah_cost = 0.0;           ///< Relative SAH cost of the topology.
+  double aabb_volume_sum = 0.0;    ///< Sum over nodes of the tight AABB volume.
+  double chosen_volume_sum = 0.0;  ///< Sum over nodes of the chosen box volume.
+  std::size_t memory_bytes = 0;    ///< Mesh + hierarchy bytes.
+  /// Fraction of box volume saved by the OBB choices: 1 - chosen / all-AABB.
+  [[nodiscard]] double VolumeSaved() const {
+    return aabb_volume_sum > 0 ? 1.0 - chosen_volume_sum / aabb_volume_sum : 0.0;
+  }
+};
+
+/// An immutable part: mesh + hierarchy, safe to share across threads and instances.
+class Part {
+ public:
+  /// Builds the hierarchy of a validated mesh.
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<const Part>> Create(
+      TriangleMesh mesh, const PartOptions& options = {});
+
+  /// The mesh.
+  [[nodiscard]] const TriangleMesh& mesh() const { return mesh_; }
+  /// The nodes; nodes()[0] is the root.
+  [[nodiscard]] const std::vector<BvhNode>& nodes() const { return nodes_; }
+  /// Triangle ids in leaf order.
+  [[nodiscard]] const std::vector<uint32_t>& prims() const { return prims_; }
+  /// Axes of the OBB nodes (columns), by slot.
+  [[nodiscard]] const std::vector<Mat3>& rotations() const { return rotations_; }
+  /// Box axes of a node (identity for AABB nodes).
+  [[nodiscard]] const Mat3& NodeAxes(const BvhNode& n) const {
+    return n.IsObb() ? rotations_[n.ObbSlot()] : kIdentity;
+  }
+  /// The box of a node as an Obb.
+  [[nodiscard]] Obb NodeBox(const BvhNode& n) const { return {n.center, NodeAxes(n), n.half}; }
+  /// Hierarchy statistics.
+  [[nodiscard]] const PartStats& stats() const { return stats_; }
+  /// Bounds of the part in its frame.
+  [[nodiscard]] const Aabb& bounds() const { return mesh_.bounds(); }
+  /// A vertex guaranteed to be on the mesh (for containment tests).
+  [[nodiscard]] const Vec3& AnyVertex() const { return mesh_.vertices()[mesh_.triangles()[0][0]]; }
+
+ private:
+  static inline const Mat3 kIdentity = Mat3::Identity();
+  TriangleMesh mesh_;
+  std::vector<BvhNode> nodes_;
+  std::vector<uint32_t> prims_;
+  std::vector<Mat3> rotations_;
+  PartStats stats_;
+};
+
+}  // namespace clash::geom

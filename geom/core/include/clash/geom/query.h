@@ -1,0 +1,91 @@
+// Queries between posed parts and between rays and parts. Every query uses one relative pose
+// per pair; meshes and hierarchies are never re-transformed.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "clash/geom/part.h"
+#include "clash/geom/ray.h"
+#include "clash/geom/transform.h"
+
+namespace clash::geom {
+
+/// True when the surfaces of the two posed parts share a point (early exit on the first
+/// intersecting triangle pair). Does not detect containment: see FindContainment.
+[[nodiscard]] bool SurfacesIntersect(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                     const RigidTransform& X_WB);
+
+/// One pair of intersecting triangles with the intersection segment in world coordinates.
+struct TrianglePairHit {
+  uint32_t tri_a = 0;        ///< Triangle of part a.
+  uint32_t tri_b = 0;        ///< Triangle of part b.
+  Vec3 p0_W = Vec3::Zero();  ///< Intersection segment start (world).
+  Vec3 p1_W = Vec3::Zero();  ///< Intersection segment end (world).
+};
+
+/// All intersecting triangle pairs, up to a limit.
+struct IntersectionResult {
+  std::vector<TrianglePairHit> pairs;  ///< Ordered by (tri_a, tri_b).
+  bool truncated = false;              ///< More pairs exist than max_pairs.
+};
+
+/// Collects up to `max_pairs` intersecting triangle pairs.
+[[nodiscard]] IntersectionResult FindIntersections(const Part& a, const RigidTransform& X_WA,
+                                                   const Part& b, const RigidTransform& X_WB,
+                                                   std::size_t max_pairs = 1000);
+
+/// Where one closed part lies inside the other.
+enum class Containment : uint8_t {
+  kNone,      ///< Neither is inside the other (or a mesh is open, or the surfaces cross).
+  kAInsideB,  ///< Part a lies inside part b.
+  kBInsideA,  ///< Part b lies inside part a.
+};
+
+/// For two parts whose surfaces do not cross: whether one lies inside the other (both meshes
+/// must be closed; otherwise kNone). Tests one vertex of each against the other solid.
+[[nodiscard]] Containment FindContainment(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                          const RigidTransform& X_WB);
+
+/// True when point p_PQ (part frame) lies inside the closed part (ray parity with several
+/// directions, retried when a ray grazes an edge or vertex). False for open meshes.
+[[nodiscard]] bool ContainsPoint(const Part& part, const Vec3& p_PQ);
+
+/// Minimum distance between the surfaces of two posed parts, with witness points.
+struct DistanceResult {
+  double distance = std::numeric_limits<double>::infinity();  ///< Surface distance (0: touch).
+  Vec3 p_WA = Vec3::Zero();                                   ///< Closest point on a (world).
+  Vec3 p_WB = Vec3::Zero();                                   ///< Closest point on b (world).
+  uint32_t tri_a = 0;                                         ///< Triangle of a holding p_WA.
+  uint32_t tri_b = 0;                                         ///< Triangle of b holding p_WB.
+};
+
+/// Minimum surface distance. Pairs farther apart than `upper_bound` are ignored: when
+/// nothing is closer, distance stays +inf.
+[[nodiscard]] DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                      const RigidTransform& X_WB,
+                                      double upper_bound = std::numeric_limits<double>::infinity());
+
+/// True when some points of the two surfaces are within distance d (early exit).
+[[nodiscard]] bool WithinDistance(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                  const RigidTransform& X_WB, double d);
+
+/// The closest hit of a ray on a posed part.
+struct RayHit {
+  double t = 0.0;                ///< Ray parameter of the hit.
+  uint32_t triangle = 0;         ///< Triangle index.
+  uint32_t tag = 0;              ///< Triangle tag (B-rep face id).
+  Vec3 p_W = Vec3::Zero();       ///< Hit point (world).
+  Vec3 normal_W = Vec3::Zero();  ///< Unit geometric normal of the triangle as stored (world).
+};
+
+/// Closest hit of ray_W (world) on the posed part within the ray's [t_min, t_max].
+[[nodiscard]] std::optional<RayHit> CastRay(const Part& part, const RigidTransform& X_WP,
+                                            const Ray& ray_W);
+
+/// True when the ray hits the part anywhere within [t_min, t_max] (early exit).
+[[nodiscard]] bool RayHitsAny(const Part& part, const RigidTransform& X_WP, const Ray& ray_W);
+
+}  // namespace clash::geom

@@ -1,0 +1,88 @@
+// Planes and triangles: distances, closest points, intersection tests.
+#pragma once
+
+#include <optional>
+
+#include "clash/geom/ray.h"
+#include "clash/geom/types.h"
+
+namespace clash::geom {
+
+/// The plane n . x = d with unit normal n.
+struct Plane {
+  Vec3 normal = Vec3::UnitZ();  ///< Unit normal.
+  double offset = 0.0;          ///< d in n . x = d.
+
+  /// The plane through three points (normal by the right-hand rule); nullopt if degenerate.
+  [[nodiscard]] static std::optional<Plane> Through(const Vec3& a, const Vec3& b, const Vec3& c);
+  /// Signed distance of p (positive on the normal's side).
+  [[nodiscard]] double SignedDistance(const Vec3& p) const { return normal.dot(p) - offset; }
+};
+
+/// A triangle (a, b, c), counter-clockwise seen from its front.
+struct Triangle {
+  Vec3 a, b, c;  ///< Vertices.
+
+  /// Non-normalised normal (b - a) x (c - a), |n| = 2 * area.
+  [[nodiscard]] Vec3 RawNormal() const { return (b - a).cross(c - a); }
+  /// Area.
+  [[nodiscard]] double Area() const { return 0.5 * RawNormal().norm(); }
+  /// Centroid.
+  [[nodiscard]] Vec3 Centroid() const { return (a + b + c) / 3.0; }
+  /// Vertex i (0, 1, 2).
+  [[nodiscard]] const Vec3& operator[](int i) const { return i == 0 ? a : (i == 1 ? b : c); }
+};
+
+/// Barycentric coordinates (u, v, w) of p's projection onto the triangle's plane, with
+/// p = u a + v b + w c; nullopt for a degenerate triangle.
+[[nodiscard]] std::optional<Vec3> Barycentric(const Triangle& t, const Vec3& p);
+
+/// The point of the closed triangle closest to p (Voronoi-region method, Ericson,
+/// "Real-Time Collision Detection", 5.1.5).
+[[nodiscard]] Vec3 ClosestPointOnTriangle(const Vec3& p, const Triangle& t);
+
+/// Closest points of segments [p0, p1] and [q0, q1] (Ericson 5.1.9). Returns the squared distance.
+double ClosestPointsSegments(const Vec3& p0, const Vec3& p1, const Vec3& q0, const Vec3& q1,
+                             Vec3* out_p, Vec3* out_q);
+
+/// A ray-triangle hit.
+struct RayTriangleHit {
+  double t;     ///< Ray parameter.
+  double u, v;  ///< Barycentric weights of b and c (the hit is (1-u-v) a + u b + v c).
+};
+
+/// Watertight ray-triangle test (Woop, Benthin, Wald, "Watertight Ray/Triangle Intersection",
+/// JCGT 2013): a ray through a shared edge or vertex of a closed mesh hits at least one of the
+/// triangles there. Both sides are hit (no culling). Returns a hit with t in [t_min, t_max].
+[[nodiscard]] std::optional<RayTriangleHit> IntersectRayTriangle(const Ray& ray,
+                                                                 const Triangle& tri);
+
+/// Result of a triangle-triangle intersection test.
+struct TriangleIntersection {
+  bool intersects = false;  ///< The closed triangles share at least one point.
+  bool coplanar = false;    ///< The triangles lie in one plane.
+  Vec3 p0 = Vec3::Zero();   ///< Intersection segment start (a witness point when intersecting).
+  Vec3 p1 = Vec3::Zero();   ///< Intersection segment end (== p0 for a single point).
+};
+
+/// Triangle-triangle intersection after Möller ("A Fast Triangle-Triangle Intersection Test",
+/// JGT 1997), with the coplanar case handled in 2D. Touching (a shared vertex, an edge lying
+/// on the other triangle) counts as intersecting. Returns the intersection segment.
+[[nodiscard]] TriangleIntersection IntersectTriangles(const Triangle& t1, const Triangle& t2);
+
+/// Fast boolean form of IntersectTriangles.
+[[nodiscard]] bool TrianglesIntersect(const Triangle& t1, const Triangle& t2);
+
+/// Closest points between two triangles.
+struct TriangleDistance {
+  double distance = 0.0;   ///< Euclidean distance (0 when they intersect).
+  Vec3 p1 = Vec3::Zero();  ///< Closest point on the first triangle.
+  Vec3 p2 = Vec3::Zero();  ///< Closest point on the second triangle.
+};
+
+/// Distance between two closed triangles: 0 with a common point when they intersect, otherwise
+/// the minimum over the 9 edge-edge and 6 vertex-triangle pairs (which is exact for
+/// disjoint triangles).
+[[nodiscard]] TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2);
+
+}  // namespace clash::geom

@@ -1,0 +1,103 @@
+#include "clash/geom/adaptive_bv.h"
+
+#include <Eigen/Eigenvalues>
+#include <algorithm>
+#include <cmath>
+
+namespace clash::geom {
+namespace {
+
+double AngleToNearestAxis(const Vec3& v) {
+  double c = std::min(1.0, v.cwiseAbs().maxCoeff() / v.norm());
+  return std::acos(c);
+}
+
+// Volume with a floor on each extent, so flat boxes (a planar leaf) compare by area.
+double PaddedVolume(const Vec3& half, double pad) { return (2.0 * half.array() + pad).prod(); }
+
+}  // namespace
+
+AreaMoments AreaMoments::Of(const Triangle& t) {
+  AreaMoments m;
+  m.area = t.Area();
+  const Vec3 c = t.Centroid();
+  m.first = m.area * c;
+  m.second = (m.area / 12.0) * (9.0 * c * c.transpose() + t.a * t.a.transpose() +
+                                t.b * t.b.transpose() + t.c * t.c.transpose());
+  return m;
+}
+
+Mat3 AreaMoments::Covariance() const {
+  const Vec3 m = Mean();
+  Mat3 c = second / area - m * m.transpose();
+  return 0.5 * (c + c.transpose());
+}
+
+PrincipalFrame PrincipalAxes(const Vec3& mean, const Mat3& covariance) {
+  PrincipalFrame f;
+  f.mean = mean;
+  Eigen::SelfAdjointEigenSolver<Mat3> es;
+  es.computeDirect(covariance);
+  Mat3 v = es.eigenvectors();
+  Vec3 l = es.eigenvalues();
+  // The closed form loses accuracy on nearly repeated eigenvalues; fall back to the
+  // iterative solver when its vectors are not orthonormal.
+  if (es.info() != Eigen::Success || !v.allFinite() ||
+      (v.transpose() * v - Mat3::Identity()).cwiseAbs().maxCoeff() > 1e-9) {
+    es.compute(covariance);
+    v = es.eigenvectors();
+    l = es.eigenvalues();
+  }
+  // Eigen sorts ascending; store descending and right-handed.
+  f.axes.col(0) = v.col(2).normalized();
+  f.axes.col(1) = v.col(1).normalized();
+  f.axes.col(2) = f.axes.col(0).cross(f.axes.col(1)).normalized();
+  f.eigenvalues = Vec3(l(2), l(1), l(0));
+  return f;
+}
+
+double MisalignmentAngle(const PrincipalFrame& f, double tie_relative) {
+  const Vec3& l = f.eigenvalues;
+  if (!(l(0) > 0)) return 0.0;  // no spread at all: any axes fit
+  const double tie = tie_relative * l(0);
+  const bool tie01 = l(0) - l(1) <= tie, tie12 = l(1) - l(2) <= tie;
+  if (tie01 && tie12) return 0.0;  // isotropic: the coordinate axes are principal axes too
+  if (tie01) return AngleToNearestAxis(f.axes.col(2));
+  if (tie12) return AngleToNearestAxis(f.axes.col(0));
+  return std::max({AngleToNearestAxis(f.axes.col(0)), AngleToNearestAxis(f.axes.col(1)),
+                   AngleToNearestAxis(f.axes.col(2))});
+}
+
+bool TakesAabb(const PrincipalFrame& frame, const AdaptiveBvOptions& options) {
+  switch (options.mode) {
+    case BvMode::kAabbOnly:
+      return true;
+    case BvMode::kObbOnly:
+      return false;
+    case BvMode::kAdaptive:
+      break;
+  }
+  return MisalignmentAngle(frame, options.eigen_tie_relative) <= options.eps_rad;
+}
+
+AdaptiveBox ChooseBox(std::span<const Vec3> points, const PrincipalFrame& frame, const Aabb& aabb,
+                      const AdaptiveBvOptions& options) {
+  AdaptiveBox r;
+  r.box = Obb::FromAabb(aabb);
+  r.aabb_volume = aabb.Volume();
+  r.angle_rad = MisalignmentAngle(frame, options.eigen_tie_relative);
+  if (TakesAabb(frame, options) || points.empty()) return r;
+  Obb obb = FitObbOnAxes(points, frame.axes);
+  if (options.mode == BvMode::kAdaptive) {
+    const double pad = 1e-6 * aabb.Diagonal();
+    if (PaddedVolume(obb.half, pad) >
+        options.obb_volume_ratio * PaddedVolume(aabb.HalfExtents(), pad)) {
+      return r;
+    }
+  }
+  r.box = obb;
+  r.is_obb = true;
+  return r;
+}
+
+}  // namespace clash::geom

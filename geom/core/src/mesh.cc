@@ -1,0 +1,225 @@
+#include "clash/geom/mesh.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace clash::geom {
+namespace {
+
+// Hash of an integer grid cell.
+struct CellHash {
+  std::size_t operator()(const std::array<int64_t, 3>& c) const {
+    uint64_t h = static_cast<uint64_t>(c[0]) * 0x9E3779B97F4A7C15ull;
+    h ^= static_cast<uint64_t>(c[1]) * 0xC2B2AE3D27D4EB4Full + (h << 6) + (h >> 2);
+    h ^= static_cast<uint64_t>(c[2]) * 0x165667B19E3779F9ull + (h << 6) + (h >> 2);
+    return static_cast<std::size_t>(h);
+  }
+};
+
+// Maps each input vertex to a representative: vertices within `tol` of a representative
+// (found in the 27 grid cells around it) are merged into it, in input order. With tol == 0
+// only identical positions merge.
+std::vector<uint32_t> Weld(const std::vector<Vec3>& v, double tol, std::size_t* out_merged) {
+  std::vector<uint32_t> rep(v.size());
+  std::unordered_map<std::array<int64_t, 3>, std::vector<uint32_t>, CellHash> grid;
+  grid.reserve(v.size());
+  const double cell = tol > 0 ? tol : 1.0;
+  const double tol2 = tol * tol;
+  std::size_t merged = 0;
+  for (uint32_t i = 0; i < v.size(); ++i) {
+    std::array<int64_t, 3> c;
+    for (int k = 0; k < 3; ++k) c[k] = static_cast<int64_t>(std::floor(v[i][k] / cell));
+    int64_t found = -1;
+    if (tol > 0) {
+      for (int dx = -1; dx <= 1 && found < 0; ++dx) {
+        for (int dy = -1; dy <= 1 && found < 0; ++dy) {
+          for (int dz = -1; dz <= 1 && found < 0; ++dz) {
+            auto it = grid.find({c[0] + dx, c[1] + dy, c[2] + dz});
+            if (it == grid.end()) continue;
+            for (uint32_t r : it->second) {
+              if ((v[r] - v[i]).squaredNorm() <= tol2) {
+                found = r;
+                break;
+              }
+            }
+          }
+        }
+      }
+    } else {
+      auto it = grid.find(c);
+      if (it != grid.end()) {
+        for (uint32_t r : it->second) {
+          if (v[r] == v[i]) {
+            found = r;
+            break;
+          }
+        }
+      }
+    }
+    if (found >= 0) {
+      rep[i] = static_cast<uint32_t>(found);
+      ++merged;
+    } else {
+      rep[i] = i;
+      grid[c].push_back(i);
+    }
+  }
+  *out_merged = merged;
+  return rep;
+}
+
+// Counts edge uses: closedness and orientation.
+void AnalyseEdges(const std::vector<TriangleMesh::Index3>& tris, MeshStats* stats) {
+  struct Use {
+    uint32_t count = 0;
+    int32_t balance = 0;  // +1 for each use lo->hi, -1 for hi->lo
+  };
+  std::unordered_map<uint64_t, Use> edges;
+  edges.reserve(tris.size() * 2);
+  for (const auto& t : tris) {
+    for (int i = 0; i < 3; ++i) {
+      uint32_t a = t[i], b = t[(i + 1) % 3];
+      uint64_t key = a < b ? (uint64_t{a} << 32 | b) : (uint64_t{b} << 32 | a);
+      Use& u = edges[key];
+      ++u.count;
+      u.balance += a < b ? 1 : -1;
+    }
+  }
+  for (const auto& [key, u] : edges) {
+    if (u.count == 1) ++stats->boundary_edges;
+    if (u.count > 2) ++stats->nonmanifold_edges;
+    if (u.count == 2 && u.balance != 0) ++stats->misoriented_edges;
+  }
+  stats->closed = !tris.empty() && stats->boundary_edges == 0 && stats->nonmanifold_edges == 0;
+  stats->oriented = stats->closed && stats->misoriented_edges == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
+                                                  std::vector<Index3> triangles,
+                                                  std::vector<uint32_t> tags,
+                                                  const MeshOptions& options) {
+  if (vertices.size() > options.max_vertices || triangles.size() > options.max_triangles) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "mesh has ", vertices.size(), " vertices and ", triangles.size(),
+        " triangles; the limits are ", options.max_vertices, " and ", options.max_triangles));
+  }
+  if (vertices.size() >= std::numeric_limits<uint32_t>::max()) {
+    return absl::ResourceExhaustedError("too many vertices for 32-bit indices");
+  }
+  if (!tags.empty() && tags.size() != triangles.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", tags.size(), " tags for ", triangles.size(), " triangles"));
+  }
+  if (tags.empty()) tags.assign(triangles.size(), 0);
+  Aabb bounds;
+  for (std::size_t i = 0; i < vertices.size(); ++i) {
+    if (!vertices[i].allFinite()) {
+      return absl::InvalidArgumentError(absl::StrCat("vertex ", i, " has a non-finite coordinate"));
+    }
+    bounds.Add(vertices[i]);
+  }
+  for (std::size_t i = 0; i < triangles.size(); ++i) {
+    for (uint32_t k : triangles[i]) {
+      if (k >= vertices.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("triangle ", i, " references vertex ", k, " of ", vertices.size()));
+      }
+    }
+  }
+  const double diag = bounds.Diagonal();
+  const double tol =
+      options.weld_tolerance_mm >= 0 ? options.weld_tolerance_mm : options.weld_relative * diag;
+  if (!std::isfinite(tol)) return absl::InvalidArgumentError("weld tolerance is not finite");
+
+  TriangleMesh m;
+  m.stats_.input_vertices = vertices.size();
+  m.stats_.input_triangles = triangles.size();
+  std::vector<uint32_t> rep = Weld(vertices, tol, &m.stats_.welded_vertices);
+
+  // Keep the non-degenerate triangles, then compact the vertices they use.
+  const double min_cross =
+      2.0 * options.degenerate_relative_area * diag * diag;  // bound on |cross| = 2 * area
+  std::vector<uint32_t> new_index(vertices.size(), UINT32_MAX);
+  m.triangles_.reserve(triangles.size());
+  m.tags_.reserve(triangles.size());
+  m.source_index_.reserve(triangles.size());
+  for (std::size_t i = 0; i < triangles.size(); ++i) {
+    Index3 t = {rep[triangles[i][0]], rep[triangles[i][1]], rep[triangles[i][2]]};
+    if (t[0] == t[1] || t[1] == t[2] || t[2] == t[0] ||
+        !((vertices[t[1]] - vertices[t[0]]).cross(vertices[t[2]] - vertices[t[0]]).norm() >
+          min_cross)) {
+      ++m.stats_.degenerate_triangles;
+      continue;
+    }
+    for (uint32_t& k : t) {
+      if (new_index[k] == UINT32_MAX) {
+        new_index[k] = static_cast<uint32_t>(m.vertices_.size());
+        m.vertices_.push_back(vertices[k]);
+      }
+      k = new_index[k];
+    }
+    m.triangles_.push_back(t);
+    m.tags_.push_back(tags[i]);
+    m.source_index_.push_back(static_cast<uint32_t>(i));
+  }
+  if (m.triangles_.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no triangle with a non-zero area among ", triangles.size()));
+  }
+  m.stats_.unused_vertices = vertices.size() - m.stats_.welded_vertices - m.vertices_.size();
+  for (const Vec3& p : m.vertices_) m.bounds_.Add(p);
+  AnalyseEdges(m.triangles_, &m.stats_);
+  return m;
+}
+
+absl::StatusOr<TriangleMesh> TriangleMesh::FromBuffers(std::span<const double> xyz,
+                                                       std::span<const uint32_t> indices,
+                                                       std::span<const uint32_t> tags,
+                                                       const MeshOptions& options) {
+  if (xyz.size() % 3 != 0) return absl::InvalidArgumentError("coordinate count is not 3n");
+  if (indices.size() % 3 != 0) return absl::InvalidArgumentError("index count is not 3n");
+  if (xyz.size() / 3 > options.max_vertices || indices.size() / 3 > options.max_triangles) {
+    return absl::ResourceExhaustedError(absl::StrCat("mesh has ", xyz.size() / 3, " vertices and ",
+                                                     indices.size() / 3,
+                                                     " triangles; over the limits"));
+  }
+  std::vector<Vec3> v(xyz.size() / 3);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = {xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2]};
+  std::vector<Index3> t(indices.size() / 3);
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    t[i] = {indices[3 * i], indices[3 * i + 1], indices[3 * i + 2]};
+  }
+  return Create(std::move(v), std::move(t), std::vector<uint32_t>(tags.begin(), tags.end()),
+                options);
+}
+
+double TriangleMesh::SignedVolume() const {
+  // Divergence theorem about the bounds centre (keeps the sum well conditioned).
+  const Vec3 o = bounds_.Center();
+  double six_v = 0.0;
+  for (const Index3& t : triangles_) {
+    six_v += (vertices_[t[0]] - o).dot((vertices_[t[1]] - o).cross(vertices_[t[2]] - o));
+  }
+  return six_v / 6.0;
+}
+
+double TriangleMesh::Area() const {
+  double a = 0.0;
+  for (std::size_t i = 0; i < triangles_.size(); ++i) a += triangle(i).Area();
+  return a;
+}
+
+std::size_t TriangleMesh::MemoryBytes() const {
+  return vertices_.capacity() * sizeof(Vec3) + triangles_.capacity() * sizeof(Index3) +
+         tags_.capacity() * sizeof(uint32_t) + source_index_.capacity() * sizeof(uint32_t);
+}
+
+}  // namespace clash::geom

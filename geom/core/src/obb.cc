@@ -1,0 +1,82 @@
+#include "clash/geom/obb.h"
+
+#include <cmath>
+#include <limits>
+
+namespace clash::geom {
+
+bool BoxesOverlap(const Vec3& a, const Vec3& b, const Mat3& R, const Vec3& t, double eps) {
+  // Ericson, "Real-Time Collision Detection", 4.4.1 (after Gottschalk et al.).
+  Mat3 AbsR = R.cwiseAbs().array() + eps;
+  // Axes of a.
+  for (int i = 0; i < 3; ++i) {
+    double rb = b[0] * AbsR(i, 0) + b[1] * AbsR(i, 1) + b[2] * AbsR(i, 2);
+    if (std::abs(t[i]) > a[i] + rb) return false;
+  }
+  // Axes of b.
+  for (int j = 0; j < 3; ++j) {
+    double ra = a[0] * AbsR(0, j) + a[1] * AbsR(1, j) + a[2] * AbsR(2, j);
+    double tj = t[0] * R(0, j) + t[1] * R(1, j) + t[2] * R(2, j);
+    if (std::abs(tj) > ra + b[j]) return false;
+  }
+  // The nine edge-edge axes a_i x b_j.
+  double ra, rb;
+  ra = a[1] * AbsR(2, 0) + a[2] * AbsR(1, 0);
+  rb = b[1] * AbsR(0, 2) + b[2] * AbsR(0, 1);
+  if (std::abs(t[2] * R(1, 0) - t[1] * R(2, 0)) > ra + rb) return false;
+  ra = a[1] * AbsR(2, 1) + a[2] * AbsR(1, 1);
+  rb = b[0] * AbsR(0, 2) + b[2] * AbsR(0, 0);
+  if (std::abs(t[2] * R(1, 1) - t[1] * R(2, 1)) > ra + rb) return false;
+  ra = a[1] * AbsR(2, 2) + a[2] * AbsR(1, 2);
+  rb = b[0] * AbsR(0, 1) + b[1] * AbsR(0, 0);
+  if (std::abs(t[2] * R(1, 2) - t[1] * R(2, 2)) > ra + rb) return false;
+  ra = a[0] * AbsR(2, 0) + a[2] * AbsR(0, 0);
+  rb = b[1] * AbsR(1, 2) + b[2] * AbsR(1, 1);
+  if (std::abs(t[0] * R(2, 0) - t[2] * R(0, 0)) > ra + rb) return false;
+  ra = a[0] * AbsR(2, 1) + a[2] * AbsR(0, 1);
+  rb = b[0] * AbsR(1, 2) + b[2] * AbsR(1, 0);
+  if (std::abs(t[0] * R(2, 1) - t[2] * R(0, 1)) > ra + rb) return false;
+  ra = a[0] * AbsR(2, 2) + a[2] * AbsR(0, 2);
+  rb = b[0] * AbsR(1, 1) + b[1] * AbsR(1, 0);
+  if (std::abs(t[0] * R(2, 2) - t[2] * R(0, 2)) > ra + rb) return false;
+  ra = a[0] * AbsR(1, 0) + a[1] * AbsR(0, 0);
+  rb = b[1] * AbsR(2, 2) + b[2] * AbsR(2, 1);
+  if (std::abs(t[1] * R(0, 0) - t[0] * R(1, 0)) > ra + rb) return false;
+  ra = a[0] * AbsR(1, 1) + a[1] * AbsR(0, 1);
+  rb = b[0] * AbsR(2, 2) + b[2] * AbsR(2, 0);
+  if (std::abs(t[1] * R(0, 1) - t[0] * R(1, 1)) > ra + rb) return false;
+  ra = a[0] * AbsR(1, 2) + a[1] * AbsR(0, 2);
+  rb = b[0] * AbsR(2, 1) + b[1] * AbsR(2, 0);
+  if (std::abs(t[1] * R(0, 2) - t[0] * R(1, 2)) > ra + rb) return false;
+  return true;
+}
+
+bool Overlaps(const Obb& a, const Obb& b) {
+  Mat3 R = a.axes.transpose() * b.axes;
+  Vec3 t = a.axes.transpose() * (b.center - a.center);
+  return BoxesOverlap(a.half, b.half, R, t);
+}
+
+double BoxDistanceLowerBound(const Vec3& ha, const Vec3& hb, const Mat3& R, const Vec3& t) {
+  Mat3 AbsR = R.cwiseAbs();
+  // b's AABB in a's frame against a.
+  Vec3 gap_a = (t.cwiseAbs() - ha - AbsR * hb).cwiseMax(0.0);
+  // a's AABB in b's frame against b.
+  Vec3 gap_b = ((R.transpose() * t).cwiseAbs() - hb - AbsR.transpose() * ha).cwiseMax(0.0);
+  return std::sqrt(std::max(gap_a.squaredNorm(), gap_b.squaredNorm()));
+}
+
+Obb FitObbOnAxes(std::span<const Vec3> points, const Mat3& axes) {
+  Vec3 lo = Vec3::Constant(std::numeric_limits<double>::infinity());
+  Vec3 hi = -lo;
+  Mat3 At = axes.transpose();
+  for (const Vec3& p : points) {
+    Vec3 q = At * p;
+    lo = lo.cwiseMin(q);
+    hi = hi.cwiseMax(q);
+  }
+  if (points.empty()) return {};
+  return {axes * (0.5 * (lo + hi)), axes, 0.5 * (hi - lo)};
+}
+
+}  // namespace clash::geom

@@ -1,0 +1,103 @@
+#include "clash/geom/part.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace clash::geom {
+
+absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
+                                                         const PartOptions& options) {
+  std::shared_ptr<Part> part(new Part());
+  part->mesh_ = std::move(mesh);
+  const TriangleMesh& m = part->mesh_;
+  const std::size_t n = m.num_triangles();
+
+  std::vector<Aabb> boxes(n);
+  std::vector<Vec3> centroids(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Triangle t = m.triangle(i);
+    boxes[i] = Aabb::FromPoints(t.a, t.b);
+    boxes[i].Add(t.c);
+    centroids[i] = t.Centroid();
+  }
+  BvhBuildOptions bvh_options = options.bvh;
+  bvh_options.max_depth = std::clamp(bvh_options.max_depth, 8, 60);
+  bvh_options.max_leaf_size = std::clamp(bvh_options.max_leaf_size, 1, kMaxLeafSize);
+  BvhTopology topo = BuildBvh(boxes, centroids, bvh_options);
+  boxes = {};
+  centroids = {};
+
+  // Area moments bottom-up (children always follow their parent), taken about the bounds'
+  // centre so that parts far from the origin keep their precision.
+  const std::size_t count = topo.nodes.size();
+  const Vec3 ref = m.bounds().Center();
+  std::vector<AreaMoments> moments(count);
+  std::vector<uint32_t> range_begin(count), range_end(count);
+  for (std::size_t k = count; k-- > 0;) {
+    const auto& node = topo.nodes[k];
+    if (node.IsLeaf()) {
+      range_begin[k] = node.index;
+      range_end[k] = node.index + node.count;
+      for (uint32_t s = range_begin[k]; s < range_end[k]; ++s) {
+        const Triangle t = m.triangle(topo.prims[s]);
+        moments[k].Add(AreaMoments::Of({t.a - ref, t.b - ref, t.c - ref}));
+      }
+    } else {
+      range_begin[k] = range_begin[node.index];
+      range_end[k] = range_end[node.index + 1];
+      moments[k] = moments[node.index];
+      moments[k].Add(moments[node.index + 1]);
+    }
+  }
+
+  // Rounding may only make a box larger: grow every box by far more than the rounding of
+  // coordinates of this magnitude (~1e-16 relative), far less than any tessellation feature.
+  const Aabb& b = m.bounds();
+  const double magnitude = std::max(b.min.cwiseAbs().maxCoeff(), b.max.cwiseAbs().maxCoeff());
+  const double inflate = 1e-9 * (b.Diagonal() + magnitude) + 1e-12;
+
+  part->nodes_.resize(count);
+  part->prims_ = std::move(topo.prims);
+  PartStats& st = part->stats_;
+  std::vector<Vec3> scratch;
+  for (std::size_t k = 0; k < count; ++k) {
+    const auto& tn = topo.nodes[k];
+    AdaptiveBox chosen;
+    chosen.box = Obb::FromAabb(tn.box);
+    chosen.aabb_volume = tn.box.Volume();
+    if (moments[k].area > 0) {
+      const PrincipalFrame frame = PrincipalAxes(moments[k].Mean() + ref, moments[k].Covariance());
+      if (!TakesAabb(frame, options.bv)) {
+        scratch.clear();
+        for (uint32_t s = range_begin[k]; s < range_end[k]; ++s) {
+          for (uint32_t v : m.triangles()[part->prims_[s]]) scratch.push_back(m.vertices()[v]);
+        }
+        chosen = ChooseBox(scratch, frame, tn.box, options.bv);
+      }
+    }
+    BvhNode& out = part->nodes_[k];
+    out.center = chosen.box.center;
+    out.half = chosen.box.half.array() + inflate;
+    out.index = tn.index;
+    out.meta = tn.IsLeaf() ? tn.count : 0u;
+    if (chosen.is_obb) {
+      part->rotations_.push_back(chosen.box.axes);
+      out.meta |= static_cast<uint32_t>(part->rotations_.size()) << 8;
+      ++st.obb_nodes;
+    } else {
+      ++st.aabb_nodes;
+    }
+    st.aabb_volume_sum += chosen.aabb_volume;
+    st.chosen_volume_sum += chosen.box.Volume();
+    if (tn.IsLeaf()) ++st.leaves;
+  }
+  st.nodes = count;
+  st.depth = topo.depth;
+  st.sah_cost = topo.sah_cost;
+  st.memory_bytes = m.MemoryBytes() + part->nodes_.capacity() * sizeof(BvhNode) +
+                    part->prims_.capacity() * sizeof(uint32_t) +
+                    part->rotations_.capacity() * sizeof(Mat3);
+  return std::shared_ptr<const Part>(std::move(part));
+}
+
+}  // namespace clash::geom

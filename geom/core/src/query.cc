@@ -1,0 +1,469 @@
+#include "clash/geom/query.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "ray_internal.h"
+
+namespace clash::geom {
+namespace {
+
+// Hierarchies are at most 60 levels deep (Part::Create clamps the builder), so a pair walk
+// that descends one side at a time never holds more than 2 * 60 + 1 pairs.
+constexpr int kPairStack = 128;
+constexpr int kNodeStack = 64;
+
+// The pose of part b's frame in part a's frame, shared by every node test of one query.
+struct PairFrame {
+  const Part& a;
+  const Part& b;
+  RigidTransform X_AB;
+  bool identity;
+
+  PairFrame(const Part& pa, const RigidTransform& X_WA, const Part& pb, const RigidTransform& X_WB)
+      : a(pa), b(pb), X_AB(X_WA.Inverse() * X_WB) {
+    identity = X_AB.HasIdentityRotation();
+  }
+
+  // Box b relative to box a: R (b's axes in a's box frame) and t (b's centre there).
+  void Relative(const BvhNode& na, const BvhNode& nb, Mat3* R, Vec3* t) const {
+    const Vec3 c = (identity ? nb.center : X_AB.R * nb.center) + X_AB.t - na.center;
+    if (!na.IsObb() && !nb.IsObb()) {
+      *R = X_AB.R;
+      *t = c;
+      return;
+    }
+    const Mat3 Rat = a.NodeAxes(na).transpose();
+    *R = Rat * (X_AB.R * b.NodeAxes(nb));
+    *t = Rat * c;
+  }
+
+  bool Overlap(const BvhNode& na, const BvhNode& nb) const {
+    if (identity && !na.IsObb() && !nb.IsObb()) {
+      // Fast path: translation-only pose, both boxes axis-aligned: interval tests.
+      const Vec3 c = nb.center + X_AB.t - na.center;
+      return std::abs(c.x()) <= na.half.x() + nb.half.x() &&
+             std::abs(c.y()) <= na.half.y() + nb.half.y() &&
+             std::abs(c.z()) <= na.half.z() + nb.half.z();
+    }
+    Mat3 R;
+    Vec3 t;
+    Relative(na, nb, &R, &t);
+    return BoxesOverlap(na.half, nb.half, R, t);
+  }
+
+  double LowerBound(const BvhNode& na, const BvhNode& nb) const {
+    if (identity && !na.IsObb() && !nb.IsObb()) {
+      const Vec3 c = nb.center + X_AB.t - na.center;
+      return (c.cwiseAbs() - na.half - nb.half).cwiseMax(0.0).norm();
+    }
+    Mat3 R;
+    Vec3 t;
+    Relative(na, nb, &R, &t);
+    return BoxDistanceLowerBound(na.half, nb.half, R, t);
+  }
+
+  // Triangle j of b in a's frame.
+  Triangle TriangleB(uint32_t j) const {
+    const Triangle t = b.mesh().triangle(j);
+    return {X_AB * t.a, X_AB * t.b, X_AB * t.c};
+  }
+};
+
+// Descend into the larger box unless it is a leaf.
+bool DescendA(const BvhNode& na, const BvhNode& nb) {
+  if (nb.IsLeaf()) return true;
+  if (na.IsLeaf()) return false;
+  return na.half.squaredNorm() >= nb.half.squaredNorm();
+}
+
+// Visits every pair of overlapping leaves; `leaf(na, nb)` returns true to stop.
+template <typename LeafFn>
+void ForOverlappingLeaves(const PairFrame& f, LeafFn&& leaf) {
+  const auto& A = f.a.nodes();
+  const auto& B = f.b.nodes();
+  if (!f.Overlap(A[0], B[0])) return;
+  uint32_t stack[kPairStack][2];
+  int sp = 0;
+  stack[sp][0] = 0;
+  stack[sp++][1] = 0;
+  while (sp > 0) {
+    --sp;
+    const uint32_t ia = stack[sp][0], ib = stack[sp][1];
+    const BvhNode& na = A[ia];
+    const BvhNode& nb = B[ib];
+    if (na.IsLeaf() && nb.IsLeaf()) {
+      if (leaf(na, nb)) return;
+      continue;
+    }
+    auto push = [&](uint32_t ja, uint32_t jb) {
+      assert(sp < kPairStack);
+      stack[sp][0] = ja;
+      stack[sp++][1] = jb;
+    };
+    if (DescendA(na, nb)) {
+      if (f.Overlap(A[na.index + 1], nb)) push(na.index + 1, ib);
+      if (f.Overlap(A[na.index], nb)) push(na.index, ib);
+    } else {
+      if (f.Overlap(na, B[nb.index + 1])) push(ia, nb.index + 1);
+      if (f.Overlap(na, B[nb.index])) push(ia, nb.index);
+    }
+  }
+}
+
+// The triangles of a leaf of b, moved into a's frame.
+struct LeafTriangles {
+  Triangle tri[kMaxLeafSize];
+  uint32_t id[kMaxLeafSize];
+  uint32_t n = 0;
+  LeafTriangles(const PairFrame& f, const BvhNode& nb) {
+    n = nb.Count();
+    for (uint32_t k = 0; k < n; ++k) {
+      id[k] = f.b.prims()[nb.index + k];
+      tri[k] = f.TriangleB(id[k]);
+    }
+  }
+};
+
+}  // namespace
+
+bool SurfacesIntersect(const Part& a, const RigidTransform& X_WA, const Part& b,
+                       const RigidTransform& X_WB) {
+  const PairFrame f(a, X_WA, b, X_WB);
+  bool hit = false;
+  ForOverlappingLeaves(f, [&](const BvhNode& na, const BvhNode& nb) {
+    for (uint32_t j = 0; j < nb.Count(); ++j) {
+      const Triangle tb = f.TriangleB(b.prims()[nb.index + j]);
+      for (uint32_t i = 0; i < na.Count(); ++i) {
+        if (TrianglesIntersect(a.mesh().triangle(a.prims()[na.index + i]), tb)) {
+          hit = true;
+          return true;
+        }
+      }
+    }
+    return false;
+  });
+  return hit;
+}
+
+IntersectionResult FindIntersections(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                     const RigidTransform& X_WB, std::size_t max_pairs) {
+  const PairFrame f(a, X_WA, b, X_WB);
+  IntersectionResult r;
+  if (max_pairs == 0) {
+    r.truncated = SurfacesIntersect(a, X_WA, b, X_WB);
+    return r;
+  }
+  ForOverlappingLeaves(f, [&](const BvhNode& na, const BvhNode& nb) {
+    for (uint32_t j = 0; j < nb.Count(); ++j) {
+      const uint32_t jb = b.prims()[nb.index + j];
+      const Triangle tb = f.TriangleB(jb);
+      for (uint32_t i = 0; i < na.Count(); ++i) {
+        const uint32_t ia = a.prims()[na.index + i];
+        const TriangleIntersection x = IntersectTriangles(a.mesh().triangle(ia), tb);
+        if (!x.intersects) continue;
+        if (r.pairs.size() == max_pairs) {
+          r.truncated = true;
+          return true;
+        }
+        r.pairs.push_back({ia, jb, X_WA * x.p0, X_WA * x.p1});
+      }
+    }
+    return false;
+  });
+  std::sort(r.pairs.begin(), r.pairs.end(), [](const TrianglePairHit& x, const TrianglePairHit& y) {
+    return x.tri_a != y.tri_a ? x.tri_a < y.tri_a : x.tri_b < y.tri_b;
+  });
+  return r;
+}
+
+namespace {
+
+struct NodeInterval {
+  bool hit;
+  double t0;
+};
+
+// Entry parameter of a prepared ray (part frame) into a node box, limited to [t0, t1].
+NodeInterval EnterNode(const Part& part, const BvhNode& n, const internal::PreparedRay& r,
+                       double t_max) {
+  double t0 = r.t_min, t1 = t_max;
+  if (!n.IsObb()) {
+    bool ok = internal::SlabTest(r.org, r.inv_dir, r.zero, n.center - n.half, n.center + n.half,
+                                 &t0, &t1);
+    return {ok, t0};
+  }
+  const Mat3& R = part.rotations()[n.ObbSlot()];
+  const Vec3 o = R.transpose() * (r.org - n.center);
+  const Vec3 d = R.transpose() * r.dir;
+  bool zero[3];
+  Vec3 inv;
+  for (int i = 0; i < 3; ++i) {
+    zero[i] = d[i] == 0.0;
+    inv[i] = 1.0 / d[i];
+  }
+  bool ok = internal::SlabTest(o, inv, zero, -n.half, n.half, &t0, &t1);
+  return {ok, t0};
+}
+
+// Walks the nodes a ray enters, nearest first. `leaf(node, &t_max)` may shrink t_max and
+// returns true to stop.
+template <typename LeafFn>
+void WalkRay(const Part& part, const internal::PreparedRay& r, double* t_max, LeafFn&& leaf) {
+  const auto& N = part.nodes();
+  NodeInterval root = EnterNode(part, N[0], r, *t_max);
+  if (!root.hit) return;
+  struct Entry {
+    uint32_t node;
+    double t0;
+  } stack[kNodeStack];
+  int sp = 0;
+  stack[sp++] = {0, root.t0};
+  while (sp > 0) {
+    const Entry e = stack[--sp];
+    if (e.t0 > *t_max) continue;
+    const BvhNode& n = N[e.node];
+    if (n.IsLeaf()) {
+      if (leaf(n, t_max)) return;
+      continue;
+    }
+    const NodeInterval c0 = EnterNode(part, N[n.index], r, *t_max);
+    const NodeInterval c1 = EnterNode(part, N[n.index + 1], r, *t_max);
+    if (c0.hit && c1.hit) {
+      const bool first0 = c0.t0 <= c1.t0;
+      assert(sp + 2 <= kNodeStack);
+      stack[sp++] = first0 ? Entry{n.index + 1, c1.t0} : Entry{n.index, c0.t0};
+      stack[sp++] = first0 ? Entry{n.index, c0.t0} : Entry{n.index + 1, c1.t0};
+    } else if (c0.hit) {
+      stack[sp++] = {n.index, c0.t0};
+    } else if (c1.hit) {
+      stack[sp++] = {n.index + 1, c1.t0};
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<RayHit> CastRay(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) {
+  const internal::PreparedRay r(ray_W.Transformed(X_WP.Inverse()));
+  double t_max = r.t_max;
+  std::optional<RayHit> best;
+  WalkRay(part, r, &t_max, [&](const BvhNode& n, double* tm) {
+    for (uint32_t k = 0; k < n.Count(); ++k) {
+      const uint32_t id = part.prims()[n.index + k];
+      const auto& t = part.mesh().triangles()[id];
+      const auto& v = part.mesh().vertices();
+      internal::PreparedRay rr = r;
+      rr.t_max = *tm;
+      auto h = internal::IntersectWatertight(rr, v[t[0]], v[t[1]], v[t[2]]);
+      if (h && (!best || h->t < best->t || (h->t == best->t && id < best->triangle))) {
+        *tm = h->t;
+        best = RayHit{h->t, id, part.mesh().tags()[id], Vec3::Zero(), Vec3::Zero()};
+      }
+    }
+    return false;
+  });
+  if (best) {
+    best->p_W = ray_W.At(best->t);
+    best->normal_W = X_WP.R * part.mesh().triangle(best->triangle).RawNormal().normalized();
+  }
+  return best;
+}
+
+bool RayHitsAny(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) {
+  const internal::PreparedRay r(ray_W.Transformed(X_WP.Inverse()));
+  double t_max = r.t_max;
+  bool hit = false;
+  WalkRay(part, r, &t_max, [&](const BvhNode& n, double*) {
+    for (uint32_t k = 0; k < n.Count(); ++k) {
+      const auto& t = part.mesh().triangles()[part.prims()[n.index + k]];
+      const auto& v = part.mesh().vertices();
+      if (internal::IntersectWatertight(r, v[t[0]], v[t[1]], v[t[2]])) {
+        hit = true;
+        return true;
+      }
+    }
+    return false;
+  });
+  return hit;
+}
+
+namespace {
+
+// Directions with no rational relation to the coordinate axes, so a ray from a vertex of an
+// axis-aligned model rarely passes exactly through an edge.
+const Vec3 kParityDirections[] = {
+    Vec3(0.7548776662466927, 0.5698402909980532, 0.3247179572447460).normalized(),
+    Vec3(-0.3090169943749474, 0.9510565162951535, 0.4142135623730950).normalized(),
+    Vec3(0.2360679774997897, -0.6180339887498949, 0.7434735291010330).normalized(),
+    Vec3(-0.5772156649015329, -0.2614972128476428, -0.7853981633974483).normalized(),
+    Vec3(0.9189385332046727, -0.1892940158709516, -0.3465735902799727).normalized(),
+};
+
+// Generalised winding number (solid angles, Van Oosterom and Strackee 1983): a slow, exact
+// fallback when every parity ray grazes an edge.
+double WindingNumber(const TriangleMesh& m, const Vec3& p) {
+  double sum = 0.0;
+  for (const auto& t : m.triangles()) {
+    const Vec3 a = m.vertices()[t[0]] - p, b = m.vertices()[t[1]] - p, c = m.vertices()[t[2]] - p;
+    const double la = a.norm(), lb = b.norm(), lc = c.norm();
+    const double num = a.dot(b.cross(c));
+    const double den = la * lb * lc + a.dot(b) * lc + b.dot(c) * la + c.dot(a) * lb;
+    sum += 2.0 * std::atan2(num, den);
+  }
+  return sum / (4.0 * M_PI);
+}
+
+}  // namespace
+
+bool ContainsPoint(const Part& part, const Vec3& p_PQ) {
+  if (!part.mesh().IsClosed() || !part.bounds().Contains(p_PQ)) return false;
+  int votes_in = 0, votes = 0;
+  for (const Vec3& dir : kParityDirections) {
+    Ray ray{p_PQ, dir, 0.0, std::numeric_limits<double>::infinity()};
+    const internal::PreparedRay r(ray);
+    double t_max = r.t_max;
+    int crossings = 0;
+    bool ambiguous = false;
+    WalkRay(part, r, &t_max, [&](const BvhNode& n, double*) {
+      for (uint32_t k = 0; k < n.Count(); ++k) {
+        const auto& t = part.mesh().triangles()[part.prims()[n.index + k]];
+        const auto& v = part.mesh().vertices();
+        auto h = internal::IntersectWatertight(r, v[t[0]], v[t[1]], v[t[2]]);
+        if (!h) continue;
+        if (h->on_edge || h->t == 0.0) {
+          ambiguous = true;
+          return true;
+        }
+        ++crossings;
+      }
+      return false;
+    });
+    if (ambiguous) continue;
+    ++votes;
+    votes_in += crossings & 1;
+    if (votes == 3) break;
+  }
+  if (votes == 0) return WindingNumber(part.mesh(), p_PQ) > 0.5;
+  return 2 * votes_in > votes;
+}
+
+Containment FindContainment(const Part& a, const RigidTransform& X_WA, const Part& b,
+                            const RigidTransform& X_WB) {
+  if (!a.mesh().IsClosed() || !b.mesh().IsClosed()) return Containment::kNone;
+  const RigidTransform X_AB = X_WA.Inverse() * X_WB;
+  const RigidTransform X_BA = X_AB.Inverse();
+  // a inside b needs a's bounds inside b's (conservative) bounds in a's frame.
+  if (b.bounds().Transformed(X_AB).Contains(a.bounds()) && ContainsPoint(b, X_BA * a.AnyVertex())) {
+    return Containment::kAInsideB;
+  }
+  if (a.bounds().Transformed(X_BA).Contains(b.bounds()) && ContainsPoint(a, X_AB * b.AnyVertex())) {
+    return Containment::kBInsideA;
+  }
+  return Containment::kNone;
+}
+
+namespace {
+
+// Best-first distance walk: pairs whose lower bound is not below `*best` are pruned.
+// `leaf(na, nb)` updates *best; returns true to stop.
+template <typename LeafFn>
+void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, LeafFn&& leaf) {
+  const auto& A = f.a.nodes();
+  const auto& B = f.b.nodes();
+  auto pruned = [&](double lb) { return inclusive ? lb > *best : lb >= *best; };
+  struct Entry {
+    uint32_t ia, ib;
+    double lb;
+  } stack[kPairStack];
+  int sp = 0;
+  const double root_lb = f.LowerBound(A[0], B[0]);
+  if (pruned(root_lb)) return;
+  stack[sp++] = {0, 0, root_lb};
+  while (sp > 0) {
+    const Entry e = stack[--sp];
+    if (pruned(e.lb)) continue;
+    const BvhNode& na = A[e.ia];
+    const BvhNode& nb = B[e.ib];
+    if (na.IsLeaf() && nb.IsLeaf()) {
+      if (leaf(na, nb)) return;
+      continue;
+    }
+    Entry c[2];
+    if (DescendA(na, nb)) {
+      c[0] = {na.index, e.ib, f.LowerBound(A[na.index], nb)};
+      c[1] = {na.index + 1, e.ib, f.LowerBound(A[na.index + 1], nb)};
+    } else {
+      c[0] = {e.ia, nb.index, f.LowerBound(na, B[nb.index])};
+      c[1] = {e.ia, nb.index + 1, f.LowerBound(na, B[nb.index + 1])};
+    }
+    if (c[0].lb < c[1].lb) std::swap(c[0], c[1]);  // push the farther first, pop the nearer
+    for (const Entry& x : c) {
+      if (!pruned(x.lb)) {
+        assert(sp < kPairStack);
+        stack[sp++] = x;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b,
+                        const RigidTransform& X_WB, double upper_bound) {
+  const PairFrame f(a, X_WA, b, X_WB);
+  DistanceResult r;
+  double best = upper_bound;
+  Vec3 pa, pb;
+  bool found = false;
+  ForCloseLeaves(f, &best, false, [&](const BvhNode& na, const BvhNode& nb) {
+    const LeafTriangles lb(f, nb);
+    for (uint32_t i = 0; i < na.Count(); ++i) {
+      const uint32_t ia = a.prims()[na.index + i];
+      const Triangle ta = a.mesh().triangle(ia);
+      for (uint32_t j = 0; j < lb.n; ++j) {
+        const TriangleDistance d = DistanceTriangles(ta, lb.tri[j]);
+        if (d.distance < best || (!found && d.distance <= best)) {
+          best = d.distance;
+          found = true;
+          pa = d.p1;
+          pb = d.p2;
+          r.tri_a = ia;
+          r.tri_b = lb.id[j];
+          if (best == 0.0) return true;
+        }
+      }
+    }
+    return false;
+  });
+  if (found) {
+    r.distance = best;
+    r.p_WA = X_WA * pa;
+    r.p_WB = X_WA * pb;
+  }
+  return r;
+}
+
+bool WithinDistance(const Part& a, const RigidTransform& X_WA, const Part& b,
+                    const RigidTransform& X_WB, double d) {
+  const PairFrame f(a, X_WA, b, X_WB);
+  bool within = false;
+  const double bound = d;
+  ForCloseLeaves(f, &bound, true, [&](const BvhNode& na, const BvhNode& nb) {
+    const LeafTriangles lb(f, nb);
+    for (uint32_t i = 0; i < na.Count(); ++i) {
+      const Triangle ta = a.mesh().triangle(a.prims()[na.index + i]);
+      for (uint32_t j = 0; j < lb.n; ++j) {
+        if (DistanceTriangles(ta, lb.tri[j]).distance <= d) {
+          within = true;
+          return true;
+        }
+      }
+    }
+    return false;
+  });
+  return within;
+}
+
+}  // namespace clash::geom

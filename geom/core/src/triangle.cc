@@ -1,0 +1,304 @@
+#include "clash/geom/triangle.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "ray_internal.h"
+
+namespace clash::geom {
+namespace {
+
+// Signed plane distances whose magnitude is below this fraction of the triangles' size are
+// snapped to zero, so exactly-touching and coplanar inputs are classified consistently
+// despite rounding. 1e-12 is ~4500 ulps of double: far above rounding, far below any
+// tessellation feature.
+constexpr double kPlaneSnapRelative = 1e-12;
+
+double MaxEdgeLength(const Triangle& t) {
+  return std::sqrt(
+      std::max({(t.b - t.a).squaredNorm(), (t.c - t.b).squaredNorm(), (t.a - t.c).squaredNorm()}));
+}
+
+// Distances (scaled by |n|) of t's vertices from the plane through `on` with normal n, snapped.
+std::array<double, 3> PlaneDistances(const Triangle& t, const Vec3& n, const Vec3& on,
+                                     double snap) {
+  std::array<double, 3> d;
+  for (int i = 0; i < 3; ++i) {
+    d[i] = n.dot(t[i] - on);
+    if (std::abs(d[i]) <= snap) d[i] = 0.0;
+  }
+  return d;
+}
+
+bool AllSameStrictSign(const std::array<double, 3>& d) {
+  return (d[0] > 0 && d[1] > 0 && d[2] > 0) || (d[0] < 0 && d[1] < 0 && d[2] < 0);
+}
+
+// The points where triangle t meets the plane (given its vertices' signed distances d, not all
+// zero and not all of one strict sign), projected on `dir`: the interval [s0, s1] and its ends.
+struct PlaneSegment {
+  double s0 = std::numeric_limits<double>::infinity();
+  double s1 = -std::numeric_limits<double>::infinity();
+  Vec3 p0, p1;
+  void Add(const Vec3& p, const Vec3& dir) {
+    double s = dir.dot(p);
+    if (s < s0) {
+      s0 = s;
+      p0 = p;
+    }
+    if (s > s1) {
+      s1 = s;
+      p1 = p;
+    }
+  }
+};
+
+PlaneSegment SegmentOnPlane(const Triangle& t, const std::array<double, 3>& d, const Vec3& dir) {
+  PlaneSegment seg;
+  for (int i = 0; i < 3; ++i) {
+    int j = (i + 1) % 3;
+    if (d[i] == 0.0) seg.Add(t[i], dir);
+    if ((d[i] < 0 && d[j] > 0) || (d[i] > 0 && d[j] < 0)) {
+      double s = d[i] / (d[i] - d[j]);
+      seg.Add(t[i] + s * (t[j] - t[i]), dir);
+    }
+  }
+  return seg;
+}
+
+// 2D helpers for the coplanar case (coordinates on the two kept axes).
+struct P2 {
+  double x, y;
+};
+double Orient(const P2& a, const P2& b, const P2& c) {
+  return (b.x - a.x) * (c.y - a.y) - (b.y - a.y) * (c.x - a.x);
+}
+bool PointInTriangle2(const P2& p, const P2 t[3]) {
+  double o0 = Orient(t[0], t[1], p), o1 = Orient(t[1], t[2], p), o2 = Orient(t[2], t[0], p);
+  return (o0 >= 0 && o1 >= 0 && o2 >= 0) || (o0 <= 0 && o1 <= 0 && o2 <= 0);
+}
+
+// Coplanar triangles: edge crossings and contained vertices are the vertices of the (convex)
+// intersection polygon; their centroid is a witness inside it.
+TriangleIntersection CoplanarIntersection(const Triangle& t1, const Triangle& t2, const Vec3& n) {
+  int drop = 0;
+  Vec3 an = n.cwiseAbs();
+  if (an.y() > an[drop]) drop = 1;
+  if (an.z() > an[drop]) drop = 2;
+  const int ix = drop == 0 ? 1 : 0, iy = drop == 2 ? 1 : 2;
+  P2 a[3], b[3];
+  for (int i = 0; i < 3; ++i) {
+    a[i] = {t1[i][ix], t1[i][iy]};
+    b[i] = {t2[i][ix], t2[i][iy]};
+  }
+  Vec3 sum = Vec3::Zero();
+  int count = 0;
+  auto add = [&](const Vec3& p) {
+    sum += p;
+    ++count;
+  };
+  for (int i = 0; i < 3; ++i) {
+    if (PointInTriangle2(a[i], b)) add(t1[i]);
+    if (PointInTriangle2(b[i], a)) add(t2[i]);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const int i2 = (i + 1) % 3;
+    for (int j = 0; j < 3; ++j) {
+      const int j2 = (j + 1) % 3;
+      double d1 = Orient(b[j], b[j2], a[i]), d2 = Orient(b[j], b[j2], a[i2]);
+      double d3 = Orient(a[i], a[i2], b[j]), d4 = Orient(a[i], a[i2], b[j2]);
+      // Proper crossings only: an endpoint touching the other edge lies in the other
+      // (closed) triangle and was counted above.
+      if (((d1 > 0 && d2 < 0) || (d1 < 0 && d2 > 0)) &&
+          ((d3 > 0 && d4 < 0) || (d3 < 0 && d4 > 0))) {
+        double s = d1 / (d1 - d2);
+        add(t1[i] + s * (t1[i2] - t1[i]));
+      }
+    }
+  }
+  TriangleIntersection r;
+  r.coplanar = true;
+  if (count > 0) {
+    r.intersects = true;
+    r.p0 = r.p1 = sum / count;
+  }
+  return r;
+}
+
+}  // namespace
+
+std::optional<Plane> Plane::Through(const Vec3& a, const Vec3& b, const Vec3& c) {
+  Vec3 n = (b - a).cross(c - a);
+  double len = n.norm();
+  if (!(len > 0.0)) return std::nullopt;
+  n /= len;
+  return Plane{n, n.dot(a)};
+}
+
+std::optional<Vec3> Barycentric(const Triangle& t, const Vec3& p) {
+  Vec3 v0 = t.b - t.a, v1 = t.c - t.a, v2 = p - t.a;
+  double d00 = v0.dot(v0), d01 = v0.dot(v1), d11 = v1.dot(v1);
+  double d20 = v2.dot(v0), d21 = v2.dot(v1);
+  double denom = d00 * d11 - d01 * d01;
+  if (!(std::abs(denom) > 0.0)) return std::nullopt;
+  double v = (d11 * d20 - d01 * d21) / denom;
+  double w = (d00 * d21 - d01 * d20) / denom;
+  return Vec3(1.0 - v - w, v, w);
+}
+
+Vec3 ClosestPointOnTriangle(const Vec3& p, const Triangle& t) {
+  const Vec3 &a = t.a, &b = t.b, &c = t.c;
+  Vec3 ab = b - a, ac = c - a, ap = p - a;
+  double d1 = ab.dot(ap), d2 = ac.dot(ap);
+  if (d1 <= 0 && d2 <= 0) return a;
+  Vec3 bp = p - b;
+  double d3 = ab.dot(bp), d4 = ac.dot(bp);
+  if (d3 >= 0 && d4 <= d3) return b;
+  double vc = d1 * d4 - d3 * d2;
+  if (vc <= 0 && d1 >= 0 && d3 <= 0) return a + (d1 / (d1 - d3)) * ab;
+  Vec3 cp = p - c;
+  double d5 = ab.dot(cp), d6 = ac.dot(cp);
+  if (d6 >= 0 && d5 <= d6) return c;
+  double vb = d5 * d2 - d1 * d6;
+  if (vb <= 0 && d2 >= 0 && d6 <= 0) return a + (d2 / (d2 - d6)) * ac;
+  double va = d3 * d6 - d5 * d4;
+  if (va <= 0 && (d4 - d3) >= 0 && (d5 - d6) >= 0) {
+    return b + ((d4 - d3) / ((d4 - d3) + (d5 - d6))) * (c - b);
+  }
+  double denom = va + vb + vc;
+  if (!(denom > 0)) {
+    // Degenerate (zero-area) triangle: the closest point of its three edges.
+    Vec3 best = a, q, r;
+    double best_d2 = (p - a).squaredNorm();
+    const Vec3* v[3] = {&a, &b, &c};
+    for (int i = 0; i < 3; ++i) {
+      double d2e = ClosestPointsSegments(p, p, *v[i], *v[(i + 1) % 3], &q, &r);
+      if (d2e < best_d2) {
+        best_d2 = d2e;
+        best = r;
+      }
+    }
+    return best;
+  }
+  double v = vb / denom, w = vc / denom;
+  return a + ab * v + ac * w;
+}
+
+double ClosestPointsSegments(const Vec3& p1, const Vec3& q1, const Vec3& p2, const Vec3& q2,
+                             Vec3* out_p, Vec3* out_q) {
+  Vec3 d1 = q1 - p1, d2 = q2 - p2, r = p1 - p2;
+  double a = d1.squaredNorm(), e = d2.squaredNorm(), f = d2.dot(r);
+  double s, t;
+  if (a <= 0.0 && e <= 0.0) {
+    s = t = 0.0;
+  } else if (a <= 0.0) {
+    s = 0.0;
+    t = std::clamp(f / e, 0.0, 1.0);
+  } else {
+    double c = d1.dot(r);
+    if (e <= 0.0) {
+      t = 0.0;
+      s = std::clamp(-c / a, 0.0, 1.0);
+    } else {
+      double b = d1.dot(d2);
+      double denom = a * e - b * b;
+      s = denom > 0.0 ? std::clamp((b * f - c * e) / denom, 0.0, 1.0) : 0.0;
+      t = (b * s + f) / e;
+      if (t < 0.0) {
+        t = 0.0;
+        s = std::clamp(-c / a, 0.0, 1.0);
+      } else if (t > 1.0) {
+        t = 1.0;
+        s = std::clamp((b - c) / a, 0.0, 1.0);
+      }
+    }
+  }
+  *out_p = p1 + d1 * s;
+  *out_q = p2 + d2 * t;
+  return (*out_p - *out_q).squaredNorm();
+}
+
+std::optional<RayTriangleHit> IntersectRayTriangle(const Ray& ray, const Triangle& tri) {
+  internal::PreparedRay r(ray);
+  auto hit = internal::IntersectWatertight(r, tri.a, tri.b, tri.c);
+  if (!hit) return std::nullopt;
+  return RayTriangleHit{hit->t, hit->u, hit->v};
+}
+
+TriangleIntersection IntersectTriangles(const Triangle& t1, const Triangle& t2) {
+  TriangleIntersection r;
+  const double scale = std::max(MaxEdgeLength(t1), MaxEdgeLength(t2));
+  const Vec3 n2 = t2.RawNormal();
+  const std::array<double, 3> du =
+      PlaneDistances(t1, n2, t2.a, kPlaneSnapRelative * scale * n2.norm());
+  if (AllSameStrictSign(du)) return r;
+  const Vec3 n1 = t1.RawNormal();
+  const std::array<double, 3> dv =
+      PlaneDistances(t2, n1, t1.a, kPlaneSnapRelative * scale * n1.norm());
+  if (AllSameStrictSign(dv)) return r;
+  const bool coplanar1 = du[0] == 0 && du[1] == 0 && du[2] == 0;
+  const bool coplanar2 = dv[0] == 0 && dv[1] == 0 && dv[2] == 0;
+  if (coplanar1 || coplanar2) {
+    // A degenerate normal makes one side trivially "coplanar"; use the other normal.
+    const Vec3& n = n1.squaredNorm() >= n2.squaredNorm() ? n1 : n2;
+    if (!(n.squaredNorm() > 0)) return r;
+    return CoplanarIntersection(t1, t2, n);
+  }
+  const Vec3 dir = n1.cross(n2);
+  const PlaneSegment s1 = SegmentOnPlane(t1, du, dir);
+  const PlaneSegment s2 = SegmentOnPlane(t2, dv, dir);
+  const double lo = std::max(s1.s0, s2.s0), hi = std::min(s1.s1, s2.s1);
+  if (lo > hi) return r;
+  r.intersects = true;
+  r.p0 = s1.s0 >= s2.s0 ? s1.p0 : s2.p0;
+  r.p1 = s1.s1 <= s2.s1 ? s1.p1 : s2.p1;
+  return r;
+}
+
+bool TrianglesIntersect(const Triangle& t1, const Triangle& t2) {
+  return IntersectTriangles(t1, t2).intersects;
+}
+
+TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2) {
+  TriangleDistance best;
+  TriangleIntersection x = IntersectTriangles(t1, t2);
+  if (x.intersects) {
+    best.distance = 0.0;
+    best.p1 = best.p2 = x.p0;
+    return best;
+  }
+  double best_d2 = std::numeric_limits<double>::infinity();
+  Vec3 p, q;
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      double d2 = ClosestPointsSegments(t1[i], t1[(i + 1) % 3], t2[j], t2[(j + 1) % 3], &p, &q);
+      if (d2 < best_d2) {
+        best_d2 = d2;
+        best.p1 = p;
+        best.p2 = q;
+      }
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    q = ClosestPointOnTriangle(t1[i], t2);
+    double d2 = (t1[i] - q).squaredNorm();
+    if (d2 < best_d2) {
+      best_d2 = d2;
+      best.p1 = t1[i];
+      best.p2 = q;
+    }
+    p = ClosestPointOnTriangle(t2[i], t1);
+    d2 = (t2[i] - p).squaredNorm();
+    if (d2 < best_d2) {
+      best_d2 = d2;
+      best.p1 = p;
+      best.p2 = t2[i];
+    }
+  }
+  best.distance = std::sqrt(best_d2);
+  return best;
+}
+
+}  // namespace clash::geom

@@ -1,0 +1,128 @@
+#include "clash/geom/mesh.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "testing/random_geometry.h"
+#include "testing/status_matchers.h"
+
+namespace clash::geom {
+namespace {
+
+using testing::IsOk;
+using testing::MakeBox;
+using testing::MakeCylinder;
+using testing::MakeSubdividedBox;
+using testing::StatusIs;
+
+TEST(TriangleMesh, ClosedBoxHasVolumeAndArea) {
+  TriangleMesh m = MakeBox(Vec3(1, 2, 3)).Build();
+  EXPECT_EQ(m.num_triangles(), 12u);
+  EXPECT_TRUE(m.IsClosed());
+  EXPECT_TRUE(m.stats().oriented);
+  EXPECT_NEAR(m.SignedVolume(), 48.0, 1e-12);
+  EXPECT_NEAR(m.Area(), 2 * (2 * 4 + 4 * 6 + 6 * 2), 1e-12);
+  EXPECT_EQ(m.bounds().min, Vec3(-1, -2, -3));
+}
+
+TEST(TriangleMesh, RejectsBadInputWithClearErrors) {
+  auto box = MakeBox(Vec3(1, 1, 1));
+  auto bad = box;
+  bad.v[3].y() = std::nan("");
+  EXPECT_THAT(TriangleMesh::Create(bad.v, bad.t),
+              StatusIs(absl::StatusCode::kInvalidArgument, "vertex 3"));
+  bad = box;
+  bad.v[0].x() = INFINITY;
+  EXPECT_THAT(TriangleMesh::Create(bad.v, bad.t),
+              StatusIs(absl::StatusCode::kInvalidArgument, "non-finite"));
+  bad = box;
+  bad.t[5][1] = 8;
+  EXPECT_THAT(TriangleMesh::Create(bad.v, bad.t),
+              StatusIs(absl::StatusCode::kInvalidArgument, "triangle 5 references vertex 8"));
+  EXPECT_THAT(TriangleMesh::Create(box.v, box.t, {1, 2, 3}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "3 tags for 12 triangles"));
+  EXPECT_THAT(TriangleMesh::Create(box.v, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "no triangle"));
+  MeshOptions small;
+  small.max_triangles = 10;
+  EXPECT_THAT(TriangleMesh::Create(box.v, box.t, {}, small),
+              StatusIs(absl::StatusCode::kResourceExhausted, "limits"));
+  std::vector<double> xyz = {0, 0, 0, 1, 0, 0, 0, 1};
+  std::vector<uint32_t> idx = {0, 1, 2};
+  EXPECT_THAT(TriangleMesh::FromBuffers(xyz, idx, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "3n"));
+  xyz.push_back(0);
+  EXPECT_THAT(TriangleMesh::FromBuffers(xyz, idx, {}), IsOk());
+}
+
+TEST(TriangleMesh, DropsDegenerateTrianglesAndKeepsTags) {
+  auto box = MakeBox(Vec3(1, 1, 1));
+  std::vector<uint32_t> tags(12);
+  for (uint32_t i = 0; i < 12; ++i) tags[i] = 100 + i;
+  box.t.insert(box.t.begin() + 3, {0, 0, 1});  // repeated index
+  tags.insert(tags.begin() + 3, 999);
+  box.v.push_back(Vec3(0.5, -1, -1));  // collinear with vertices 0 and 1
+  box.t.push_back({0, 1, 8});
+  tags.push_back(998);
+  auto m = TriangleMesh::Create(box.v, box.t, tags);
+  ASSERT_THAT(m, IsOk());
+  EXPECT_EQ(m->stats().degenerate_triangles, 2u);
+  EXPECT_EQ(m->num_triangles(), 12u);
+  EXPECT_EQ(m->stats().unused_vertices, 1u);
+  EXPECT_EQ(m->vertices().size(), 8u);
+  for (std::size_t i = 0; i < 12; ++i) EXPECT_LT(m->tags()[i], 998u);
+  EXPECT_EQ(m->tags()[3], 103u);
+  EXPECT_EQ(m->source_index()[3], 4u);
+  EXPECT_TRUE(m->IsClosed());
+}
+
+// Faces tessellated separately (duplicated seam vertices) become one closed solid.
+TEST(TriangleMesh, WeldsSeamsIntoAClosedSolid) {
+  auto box = MakeSubdividedBox(Vec3(10, 5, 2), 4);
+  auto m = box.Build();
+  EXPECT_TRUE(m.IsClosed());
+  EXPECT_GT(m.stats().welded_vertices, 0u);
+  EXPECT_EQ(m.vertices().size(), 6u * 4 * 4 + 2);  // V = E - F + 2 for the quad grid
+  EXPECT_NEAR(m.SignedVolume(), 20 * 10 * 4, 1e-9);
+  // Seams that are off by less than the tolerance weld; farther ones do not.
+  auto shaken = box;
+  for (std::size_t i = 0; i < shaken.v.size(); ++i)
+    shaken.v[i] += Vec3(1e-9, -1e-9, 0) * double(i % 3);
+  EXPECT_TRUE(shaken.Build().IsClosed());
+  MeshOptions exact;
+  exact.weld_tolerance_mm = 0.0;
+  EXPECT_FALSE(shaken.Build(exact).IsClosed());
+}
+
+TEST(TriangleMesh, ReportsOpenNonManifoldAndMisorientedEdges) {
+  auto box = MakeBox(Vec3(1, 1, 1));
+  auto open = box;
+  open.t.pop_back();
+  TriangleMesh m = open.Build();
+  EXPECT_FALSE(m.IsClosed());
+  EXPECT_EQ(m.stats().boundary_edges, 3u);
+  auto flipped = box;
+  std::swap(flipped.t[0][1], flipped.t[0][2]);
+  m = flipped.Build();
+  EXPECT_TRUE(m.stats().closed);
+  EXPECT_FALSE(m.stats().oriented);
+  EXPECT_EQ(m.stats().misoriented_edges, 3u);
+  auto fin = box;
+  fin.v.push_back(Vec3(0, 0, 5));
+  fin.t.push_back({0, 1, 8});  // a fin on an existing edge
+  m = fin.Build();
+  EXPECT_EQ(m.stats().nonmanifold_edges, 1u);
+  EXPECT_FALSE(m.IsClosed());
+}
+
+TEST(TriangleMesh, CylinderVolumeConverges) {
+  TriangleMesh m = MakeCylinder(5, 20, 256).Build();
+  EXPECT_TRUE(m.IsClosed());
+  // An inscribed 256-gon has area (n/2) r^2 sin(2 pi / n): 0.01% below pi r^2.
+  const double expected = 0.5 * 256 * 25 * std::sin(2 * M_PI / 256) * 20;
+  EXPECT_NEAR(m.SignedVolume(), expected, 1e-9);
+}
+
+}  // namespace
+}  // namespace clash::geom

@@ -1,0 +1,321 @@
+#include "clash/geom/query.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "testing/brute_force.h"
+#include "testing/random_geometry.h"
+
+namespace clash::geom {
+namespace {
+
+using testing::AxisAngle;
+using testing::BruteDistance;
+using testing::BruteIntersectingPairs;
+using testing::BruteRayCast;
+using testing::BruteWindingNumber;
+using testing::MakeBlob;
+using testing::MakeBox;
+using testing::MakeSoup;
+using testing::RandomPoint;
+using testing::RandomPose;
+using testing::RandomRotation;
+using testing::RawMesh;
+using testing::SeededRng;
+using testing::Uniform;
+
+using PartPtr = std::shared_ptr<const Part>;
+
+PartOptions Mode(BvMode m) {
+  PartOptions o;
+  o.bv.mode = m;
+  return o;
+}
+
+// A random scenario: two parts (closed blobs or open soups) and two poses whose overlap rate
+// is set by `spread`.
+struct Scenario {
+  PartPtr a, b;
+  RigidTransform X_WA, X_WB;
+};
+
+Scenario MakeScenario(std::mt19937& rng, BvMode mode, double spread, bool translation_only) {
+  const bool soup = Uniform(rng, 0, 1) < 0.3;
+  RawMesh ra = soup ? MakeSoup(rng, 150, 8, 3) : MakeBlob(rng, 8, 10, 14, 0.25);
+  RawMesh rb = MakeBlob(rng, Uniform(rng, 3, 8), 9, 12, 0.3);
+  // Lay the parts off-axis half of the time so both box kinds occur.
+  if (Uniform(rng, 0, 1) < 0.5) ra = ra.Transformed({RandomRotation(rng), Vec3::Zero()});
+  Scenario s{ra.Part(Mode(mode)), rb.Part(Mode(mode)), RandomPose(rng, 50), {}};
+  s.X_WB = s.X_WA * RigidTransform{translation_only ? Mat3::Identity() : RandomRotation(rng),
+                                   RandomPoint(rng, spread)};
+  if (translation_only) s.X_WA.R = Mat3::Identity(), s.X_WB.R = Mat3::Identity();
+  return s;
+}
+
+class QueryOracle : public ::testing::TestWithParam<BvMode> {};
+
+TEST_P(QueryOracle, IntersectionAgreesWithAllPairs) {
+  auto rng = SeededRng(71 + static_cast<int>(GetParam()));
+  int hits = 0;
+  const int trials = 120;
+  for (int i = 0; i < trials; ++i) {
+    Scenario s = MakeScenario(rng, GetParam(), 16, i % 3 == 0);
+    auto expected = BruteIntersectingPairs(*s.a, s.X_WA, *s.b, s.X_WB);
+    ASSERT_EQ(SurfacesIntersect(*s.a, s.X_WA, *s.b, s.X_WB), !expected.empty()) << "trial " << i;
+    IntersectionResult r = FindIntersections(*s.a, s.X_WA, *s.b, s.X_WB, 1'000'000);
+    EXPECT_FALSE(r.truncated);
+    ASSERT_EQ(r.pairs.size(), expected.size()) << "trial " << i;
+    for (std::size_t k = 0; k < expected.size(); ++k) {
+      EXPECT_EQ(r.pairs[k].tri_a, expected[k].first);
+      EXPECT_EQ(r.pairs[k].tri_b, expected[k].second);
+    }
+    // Witness points lie on both posed surfaces.
+    for (const auto& h : r.pairs) {
+      const Triangle ta = s.a->mesh().triangle(h.tri_a), tb = s.b->mesh().triangle(h.tri_b);
+      const Vec3 p_A = s.X_WA.Inverse() * h.p0_W, p_B = s.X_WB.Inverse() * h.p0_W;
+      EXPECT_LT((ClosestPointOnTriangle(p_A, ta) - p_A).norm(), 1e-8);
+      EXPECT_LT((ClosestPointOnTriangle(p_B, tb) - p_B).norm(), 1e-8);
+    }
+    if (expected.size() > 3) {
+      IntersectionResult few = FindIntersections(*s.a, s.X_WA, *s.b, s.X_WB, 3);
+      EXPECT_EQ(few.pairs.size(), 3u);
+      EXPECT_TRUE(few.truncated);
+    }
+    hits += !expected.empty();
+  }
+  EXPECT_GT(hits, trials / 4);
+  EXPECT_LT(hits, trials * 3 / 4);
+}
+
+TEST_P(QueryOracle, DistanceAgreesWithAllPairs) {
+  auto rng = SeededRng(81 + static_cast<int>(GetParam()));
+  int separated = 0, within_checked = 0;
+  const int trials = 100;
+  for (int i = 0; i < trials; ++i) {
+    Scenario s = MakeScenario(rng, GetParam(), 20, i % 3 == 0);
+    const double expected = BruteDistance(*s.a, s.X_WA, *s.b, s.X_WB);
+    DistanceResult r = Distance(*s.a, s.X_WA, *s.b, s.X_WB);
+    ASSERT_NEAR(r.distance, expected, 1e-12) << "trial " << i;
+    EXPECT_NEAR((r.p_WA - r.p_WB).norm(), r.distance, 1e-9);
+    // Witnesses lie on the reported triangles.
+    const Vec3 p_A = s.X_WA.Inverse() * r.p_WA, p_B = s.X_WB.Inverse() * r.p_WB;
+    EXPECT_LT((ClosestPointOnTriangle(p_A, s.a->mesh().triangle(r.tri_a)) - p_A).norm(), 1e-8);
+    EXPECT_LT((ClosestPointOnTriangle(p_B, s.b->mesh().triangle(r.tri_b)) - p_B).norm(), 1e-8);
+    separated += expected > 0;
+    // Upper bounds: below the answer nothing is found; above it the answer is.
+    if (expected > 1e-6) {
+      EXPECT_EQ(Distance(*s.a, s.X_WA, *s.b, s.X_WB, expected * 0.999).distance,
+                std::numeric_limits<double>::infinity());
+      EXPECT_NEAR(Distance(*s.a, s.X_WA, *s.b, s.X_WB, expected * 1.001).distance, expected, 1e-12);
+    }
+    // "Closer than d?" for thresholds on both sides of the answer.
+    for (double d : {expected * 0.5, expected * 0.99, expected * 1.01, expected + 1.0}) {
+      if (std::abs(d - expected) < 1e-9) continue;
+      EXPECT_EQ(WithinDistance(*s.a, s.X_WA, *s.b, s.X_WB, d), expected <= d) << "d=" << d;
+      ++within_checked;
+    }
+  }
+  EXPECT_GT(separated, trials / 4);
+  EXPECT_LT(separated, trials * 9 / 10);
+  EXPECT_GT(within_checked, trials);
+}
+
+TEST_P(QueryOracle, RayCastAgreesWithAllTriangles) {
+  auto rng = SeededRng(91 + static_cast<int>(GetParam()));
+  int hits = 0;
+  const int trials = 3000;
+  PartPtr part;
+  RigidTransform X_WP;
+  for (int i = 0; i < trials; ++i) {
+    if (i % 500 == 0) {
+      RawMesh raw = i % 1000 == 0 ? MakeBlob(rng, 10, 16, 24, 0.3) : MakeSoup(rng, 400, 10, 3);
+      part = raw.Transformed({RandomRotation(rng), Vec3::Zero()}).Part(Mode(GetParam()));
+      X_WP = RandomPose(rng, 100);
+    }
+    Vec3 origin = X_WP * RandomPoint(rng, 25);
+    Vec3 target = X_WP * RandomPoint(rng, 10);
+    Ray ray_W{origin, (target - origin) * Uniform(rng, 0.1, 3), 0.0,
+              i % 4 == 0 ? Uniform(rng, 0.1, 1.0) : std::numeric_limits<double>::infinity()};
+    if (i % 7 == 0) ray_W.direction[i % 3] = 0.0;
+    if (ray_W.direction.norm() == 0) continue;
+    auto expected = BruteRayCast(part->mesh(), ray_W.Transformed(X_WP.Inverse()));
+    auto got = CastRay(*part, X_WP, ray_W);
+    ASSERT_EQ(got.has_value(), expected.has_value()) << "trial " << i;
+    EXPECT_EQ(RayHitsAny(*part, X_WP, ray_W), expected.has_value());
+    if (!got) continue;
+    ++hits;
+    EXPECT_EQ(got->t, expected->first);
+    EXPECT_EQ(got->tag, part->mesh().tags()[got->triangle]);
+    EXPECT_LT((got->p_W - ray_W.At(got->t)).norm(), 1e-12);
+    EXPECT_NEAR(got->normal_W.norm(), 1.0, 1e-12);
+    const Vec3 p_P = X_WP.Inverse() * got->p_W;
+    EXPECT_LT((ClosestPointOnTriangle(p_P, part->mesh().triangle(got->triangle)) - p_P).norm(),
+              1e-8);
+  }
+  EXPECT_GT(hits, trials / 5);
+  EXPECT_LT(hits, trials * 4 / 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModes, QueryOracle,
+                         ::testing::Values(BvMode::kAdaptive, BvMode::kAabbOnly, BvMode::kObbOnly),
+                         [](const ::testing::TestParamInfo<BvMode>& param_info) {
+                           switch (param_info.param) {
+                             case BvMode::kAdaptive:
+                               return std::string("Adaptive");
+                             case BvMode::kAabbOnly:
+                               return std::string("AabbOnly");
+                             case BvMode::kObbOnly:
+                               return std::string("ObbOnly");
+                           }
+                           return std::string("Unknown");
+                         });
+
+TEST(ContainsPoint, AgreesWithWindingNumber) {
+  auto rng = SeededRng(101);
+  int inside = 0;
+  const int trials = 1500;
+  PartPtr part;
+  for (int i = 0; i < trials; ++i) {
+    if (i % 300 == 0) {
+      part = MakeBlob(rng, 10, 14, 20, 0.35)
+                 .Transformed({RandomRotation(rng), RandomPoint(rng, 5)})
+                 .Part();
+      ASSERT_TRUE(part->mesh().IsClosed());
+    }
+    Vec3 p = RandomPoint(rng, 12, part->bounds().Center());
+    // Vertices themselves (points on the surface) are not asked: their answer is either.
+    const double w = BruteWindingNumber(part->mesh(), p);
+    if (std::abs(w - 0.5) < 0.45) continue;
+    const bool expected = w > 0.5;
+    EXPECT_EQ(ContainsPoint(*part, p), expected) << "trial " << i << " winding " << w;
+    inside += expected;
+  }
+  EXPECT_GT(inside, trials / 5);
+  EXPECT_LT(inside, trials * 4 / 5);
+  // Points exactly in line with edges and vertices of an axis-aligned box.
+  auto box = MakeBox(Vec3(1, 1, 1)).Part();
+  EXPECT_TRUE(ContainsPoint(*box, Vec3(0, 0, 0)));
+  EXPECT_TRUE(ContainsPoint(*box, Vec3(0.5, 0.5, 0.5)));
+  EXPECT_FALSE(ContainsPoint(*box, Vec3(1.5, 0, 0)));
+  // Open meshes have no inside.
+  RawMesh open = MakeBox(Vec3(1, 1, 1));
+  open.t.pop_back();
+  EXPECT_FALSE(ContainsPoint(*open.Part(), Vec3(0, 0, 0)));
+}
+
+TEST(Containment, FindsWhichPartIsInside) {
+  auto rng = SeededRng(102);
+  auto big = MakeBlob(rng, 20, 12, 16, 0.1).Part();
+  auto small = MakeBox(Vec3(2, 3, 1)).Part();
+  const RigidTransform X_W1 = RandomPose(rng, 100);
+  const RigidTransform X_1S{RandomRotation(rng), Vec3(1, -2, 3)};
+  const RigidTransform X_WS = X_W1 * X_1S;
+  ASSERT_FALSE(SurfacesIntersect(*big, X_W1, *small, X_WS));
+  EXPECT_EQ(FindContainment(*small, X_WS, *big, X_W1), Containment::kAInsideB);
+  EXPECT_EQ(FindContainment(*big, X_W1, *small, X_WS), Containment::kBInsideA);
+  // Far apart: neither.
+  const RigidTransform X_far = X_W1 * RigidTransform::Translation(Vec3(100, 0, 0));
+  EXPECT_EQ(FindContainment(*small, X_far, *big, X_W1), Containment::kNone);
+  // An open shell has no inside.
+  RawMesh open = MakeBlob(rng, 20, 12, 16, 0.1);
+  open.t.pop_back();
+  EXPECT_EQ(FindContainment(*small, X_WS, *open.Part(), X_W1), Containment::kNone);
+}
+
+// The same rigid motion applied to both parts leaves every answer unchanged; swapping the
+// parts swaps the witnesses.
+TEST(QueryMetamorphic, RigidMotionAndSwap) {
+  auto rng = SeededRng(111);
+  for (int i = 0; i < 40; ++i) {
+    Scenario s = MakeScenario(rng, BvMode::kAdaptive, 20, false);
+    const RigidTransform M = RandomPose(rng, 1000);
+    const RigidTransform X_WA2 = M * s.X_WA, X_WB2 = M * s.X_WB;
+    auto p1 = FindIntersections(*s.a, s.X_WA, *s.b, s.X_WB, 100000);
+    auto p2 = FindIntersections(*s.a, X_WA2, *s.b, X_WB2, 100000);
+    std::set<std::pair<uint32_t, uint32_t>> s1, s2;
+    for (const auto& h : p1.pairs) s1.insert({h.tri_a, h.tri_b});
+    for (const auto& h : p2.pairs) s2.insert({h.tri_a, h.tri_b});
+    // Rounding of the moved poses may only flip pairs that touch within ~1e-12.
+    EXPECT_EQ(s1.empty(), s2.empty());
+    EXPECT_LE(std::abs(static_cast<long>(s1.size()) - static_cast<long>(s2.size())), 1);
+    DistanceResult d1 = Distance(*s.a, s.X_WA, *s.b, s.X_WB);
+    DistanceResult d2 = Distance(*s.a, X_WA2, *s.b, X_WB2);
+    EXPECT_NEAR(d1.distance, d2.distance, 1e-9);
+    if (d1.distance > 1e-6) {
+      EXPECT_LT((M * d1.p_WA - d2.p_WA).norm(), 1e-6);
+      DistanceResult sw = Distance(*s.b, s.X_WB, *s.a, s.X_WA);
+      EXPECT_NEAR(sw.distance, d1.distance, 1e-12);
+      EXPECT_LT((sw.p_WA - d1.p_WB).norm(), 1e-9);
+      EXPECT_LT((sw.p_WB - d1.p_WA).norm(), 1e-9);
+      // The triangle id may differ on ties (a witness on a shared edge); it must hold the point.
+      const Vec3 p_B = s.X_WB.Inverse() * sw.p_WA;
+      EXPECT_LT((ClosestPointOnTriangle(p_B, s.b->mesh().triangle(sw.tri_a)) - p_B).norm(), 1e-8);
+    }
+    EXPECT_EQ(SurfacesIntersect(*s.b, s.X_WB, *s.a, s.X_WA), !s1.empty());
+  }
+}
+
+// Scaling the geometry and the poses by s scales distances by s.
+TEST(QueryMetamorphic, ScalingScalesDistance) {
+  auto rng = SeededRng(112);
+  RawMesh ra = MakeBlob(rng, 5, 8, 10, 0.2), rb = MakeBlob(rng, 4, 8, 10, 0.2);
+  const RigidTransform X_WB{RandomRotation(rng), Vec3(14, 3, -2)};
+  const double d = Distance(*ra.Part(), {}, *rb.Part(), X_WB).distance;
+  ASSERT_GT(d, 0.5);
+  for (double s : {1e-3, 7.0, 1e3}) {
+    RawMesh sa = ra, sb = rb;
+    for (Vec3& p : sa.v) p *= s;
+    for (Vec3& p : sb.v) p *= s;
+    RigidTransform X = X_WB;
+    X.t *= s;
+    EXPECT_NEAR(Distance(*sa.Part(), {}, *sb.Part(), X).distance, s * d, 1e-9 * s * d);
+  }
+}
+
+TEST(QueryDegenerate, TouchingBoxes) {
+  auto box = MakeBox(Vec3(1, 1, 1)).Part();
+  struct Case {
+    const char* name;
+    Vec3 offset;
+    bool touch;
+    double distance;
+  };
+  const Case cases[] = {
+      {"face to face", Vec3(2, 0, 0), true, 0.0},
+      {"face to face, shifted", Vec3(2, 0.5, -0.25), true, 0.0},
+      {"edge to edge", Vec3(2, 2, 0), true, 0.0},
+      {"vertex to vertex", Vec3(2, 2, 2), true, 0.0},
+      {"gap of 1e-6", Vec3(2 + 1e-6, 0, 0), false, 1e-6},
+      {"overlapping by 1e-6", Vec3(2 - 1e-6, 0, 0), true, 0.0},
+      {"apart", Vec3(5, 4, 2), false, std::sqrt(9.0 + 4.0)},
+  };
+  for (const Vec3& base : {Vec3(0, 0, 0), Vec3(1e6, -1e6, 1e6)}) {
+    for (const auto& c : cases) {
+      SCOPED_TRACE(::testing::Message() << c.name << " at " << base.transpose());
+      const RigidTransform X_WA = RigidTransform::Translation(base);
+      const RigidTransform X_WB = RigidTransform::Translation(base + c.offset);
+      EXPECT_EQ(SurfacesIntersect(*box, X_WA, *box, X_WB), c.touch);
+      // Coordinates near 1e6 carry ~1e-10 of rounding.
+      EXPECT_NEAR(Distance(*box, X_WA, *box, X_WB).distance, c.distance, 1e-9);
+      // The general (rotated) path agrees with the fast path for a quarter turn.
+      const RigidTransform X_WB_turned{AxisAngle(M_PI / 2, Vec3::UnitZ()), X_WB.t};
+      EXPECT_EQ(SurfacesIntersect(*box, X_WA, *box, X_WB_turned), c.touch);
+    }
+  }
+}
+
+TEST(QueryDegenerate, CoplanarAndSharedEdgeContacts) {
+  // Two thin plates stacked exactly: coplanar contact of their faces.
+  auto plate = MakeBox(Vec3(10, 10, 0.5)).Part();
+  EXPECT_TRUE(SurfacesIntersect(*plate, {}, *plate, RigidTransform::Translation(Vec3(3, 4, 1))));
+  EXPECT_FALSE(
+      SurfacesIntersect(*plate, {}, *plate, RigidTransform::Translation(Vec3(3, 4, 1.001))));
+  // A box standing on another's edge line: shared edge contact.
+  auto box = MakeBox(Vec3(1, 1, 1)).Part();
+  const RigidTransform X{AxisAngle(M_PI / 4, Vec3::UnitY()), Vec3(0, 0, 1 + std::sqrt(2.0))};
+  EXPECT_NEAR(Distance(*box, {}, *box, X).distance, 0.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace clash::geom

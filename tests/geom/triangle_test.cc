@@ -1,0 +1,269 @@
+#include "clash/geom/triangle.h"
+
+#include <gtest/gtest.h>
+
+#include "testing/random_geometry.h"
+
+namespace clash::geom {
+namespace {
+
+using testing::RandomPoint;
+using testing::SeededRng;
+using testing::Uniform;
+
+Triangle RandomTriangle(std::mt19937& rng, double r, const Vec3& c = Vec3::Zero()) {
+  return {RandomPoint(rng, r, c), RandomPoint(rng, r, c), RandomPoint(rng, r, c)};
+}
+
+bool SegmentHitsTriangle(const Vec3& p, const Vec3& q, const Triangle& t) {
+  return IntersectRayTriangle(Ray{p, q - p, 0.0, 1.0}, t).has_value();
+}
+
+// Independent oracle for non-coplanar triangles: they meet iff an edge of one crosses the other.
+bool IntersectByEdges(const Triangle& x, const Triangle& y) {
+  for (int i = 0; i < 3; ++i) {
+    if (SegmentHitsTriangle(x[i], x[(i + 1) % 3], y)) return true;
+    if (SegmentHitsTriangle(y[i], y[(i + 1) % 3], x)) return true;
+  }
+  return false;
+}
+
+double DistanceToTriangle(const Vec3& p, const Triangle& t) {
+  return (p - ClosestPointOnTriangle(p, t)).norm();
+}
+
+TEST(Plane, ThroughAndSignedDistance) {
+  auto p = Plane::Through(Vec3(0, 0, 1), Vec3(1, 0, 1), Vec3(0, 1, 1));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->normal, Vec3(0, 0, 1));
+  EXPECT_DOUBLE_EQ(p->SignedDistance(Vec3(5, 5, 3)), 2.0);
+  EXPECT_DOUBLE_EQ(p->SignedDistance(Vec3(5, 5, -1)), -2.0);
+  EXPECT_FALSE(Plane::Through(Vec3(0, 0, 0), Vec3(1, 1, 1), Vec3(2, 2, 2)).has_value());
+}
+
+TEST(Triangle, BarycentricRoundTrip) {
+  auto rng = SeededRng(41);
+  for (int i = 0; i < 100; ++i) {
+    Triangle t = RandomTriangle(rng, 5);
+    Vec3 w(Uniform(rng, 0, 1), Uniform(rng, 0, 1), Uniform(rng, 0, 1));
+    w /= w.sum();
+    Vec3 p = w[0] * t.a + w[1] * t.b + w[2] * t.c;
+    auto bc = Barycentric(t, p);
+    ASSERT_TRUE(bc.has_value());
+    EXPECT_LT((*bc - w).norm(), 1e-8);
+  }
+  EXPECT_FALSE(Barycentric({Vec3(0, 0, 0), Vec3(1, 0, 0), Vec3(2, 0, 0)}, Vec3(1, 1, 0)));
+}
+
+TEST(Triangle, ClosestPointBeatsSampling) {
+  auto rng = SeededRng(42);
+  for (int i = 0; i < 200; ++i) {
+    Triangle t = RandomTriangle(rng, 3);
+    Vec3 p = RandomPoint(rng, 6);
+    Vec3 c = ClosestPointOnTriangle(p, t);
+    double d = (p - c).norm();
+    // c lies on the triangle.
+    auto bc = Barycentric(t, c);
+    ASSERT_TRUE(bc.has_value());
+    EXPECT_GE(bc->minCoeff(), -1e-9);
+    // No sample of the triangle is closer.
+    const int n = 40;
+    for (int u = 0; u <= n; ++u) {
+      for (int v = 0; u + v <= n; ++v) {
+        Vec3 s = t.a + (t.b - t.a) * (double(u) / n) + (t.c - t.a) * (double(v) / n);
+        EXPECT_GE((p - s).norm(), d - 1e-12);
+      }
+    }
+  }
+}
+
+TEST(Triangle, SegmentClosestPoints) {
+  Vec3 p, q;
+  // Skew perpendicular segments one unit apart.
+  double d2 =
+      ClosestPointsSegments(Vec3(-1, 0, 0), Vec3(1, 0, 0), Vec3(0, -1, 1), Vec3(0, 1, 1), &p, &q);
+  EXPECT_DOUBLE_EQ(d2, 1.0);
+  EXPECT_LT((p - Vec3(0, 0, 0)).norm(), 1e-15);
+  EXPECT_LT((q - Vec3(0, 0, 1)).norm(), 1e-15);
+  // Parallel segments, end to end.
+  d2 = ClosestPointsSegments(Vec3(0, 0, 0), Vec3(1, 0, 0), Vec3(3, 0, 0), Vec3(4, 0, 0), &p, &q);
+  EXPECT_DOUBLE_EQ(d2, 4.0);
+  // Degenerate (points).
+  d2 = ClosestPointsSegments(Vec3(0, 0, 0), Vec3(0, 0, 0), Vec3(0, 3, 4), Vec3(0, 3, 4), &p, &q);
+  EXPECT_DOUBLE_EQ(d2, 25.0);
+}
+
+TEST(RayTriangle, HitsWhereBarycentricSaysAndMissesOutside) {
+  Triangle t{Vec3(0, 0, 0), Vec3(2, 0, 0), Vec3(0, 2, 0)};
+  auto h = IntersectRayTriangle({Vec3(0.5, 0.5, 3), Vec3(0, 0, -1)}, t);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_DOUBLE_EQ(h->t, 3.0);
+  EXPECT_DOUBLE_EQ(h->u, 0.25);
+  EXPECT_DOUBLE_EQ(h->v, 0.25);
+  // Back side is hit too (no culling).
+  EXPECT_TRUE(IntersectRayTriangle({Vec3(0.5, 0.5, -3), Vec3(0, 0, 1)}, t).has_value());
+  EXPECT_FALSE(IntersectRayTriangle({Vec3(1.5, 1.5, 3), Vec3(0, 0, -1)}, t).has_value());
+  EXPECT_FALSE(IntersectRayTriangle({Vec3(0.5, 0.5, 3), Vec3(0, 0, -1), 0.0, 2.9}, t).has_value());
+  EXPECT_FALSE(IntersectRayTriangle({Vec3(0.5, 0.5, 3), Vec3(0, 0, 1)}, t).has_value());
+}
+
+// Rays through the shared diagonal of a quad (exactly representable points) hit at least one
+// of its two triangles: no ray slips through a closed mesh.
+TEST(RayTriangle, WatertightOnSharedEdges) {
+  auto rng = SeededRng(43);
+  for (int i = 0; i < 500; ++i) {
+    Vec3 a = RandomPoint(rng, 5), b = RandomPoint(rng, 5), c = RandomPoint(rng, 5),
+         d = RandomPoint(rng, 5);
+    double s = Uniform(rng, 0, 1);
+    Vec3 target = a + s * (c - a);
+    Vec3 origin = target + RandomPoint(rng, 10);
+    // The ray must cross the fold, not graze it: b and d on opposite sides of the plane
+    // through the edge and the ray (reflect d when they are not).
+    Vec3 n = (c - a).cross(target - origin).normalized();
+    if (n.dot(b - a) * n.dot(d - a) > 0) d -= 2.0 * n.dot(d - a) * n;
+    Triangle t1{a, b, c}, t2{a, c, d};
+    Ray ray{origin, target - origin, 0.0, 2.0};
+    bool h1 = IntersectRayTriangle(ray, t1).has_value();
+    bool h2 = IntersectRayTriangle(ray, t2).has_value();
+    EXPECT_TRUE(h1 || h2) << "trial " << i;
+  }
+}
+
+TEST(TriangleTriangle, AgreesWithEdgeCrossingOracle) {
+  auto rng = SeededRng(44);
+  int hits = 0;
+  const int trials = 20000;
+  for (int i = 0; i < trials; ++i) {
+    Triangle x = RandomTriangle(rng, 1), y = RandomTriangle(rng, 1, RandomPoint(rng, 0.25));
+    bool expected = IntersectByEdges(x, y);
+    TriangleIntersection r = IntersectTriangles(x, y);
+    ASSERT_EQ(r.intersects, expected) << "trial " << i;
+    EXPECT_EQ(TrianglesIntersect(x, y), expected);
+    if (expected) {
+      ++hits;
+      // The witness segment lies on both triangles.
+      for (const Vec3& p : {r.p0, r.p1}) {
+        EXPECT_LT(DistanceToTriangle(p, x), 1e-9);
+        EXPECT_LT(DistanceToTriangle(p, y), 1e-9);
+      }
+    }
+  }
+  EXPECT_GT(hits, trials / 5);
+  EXPECT_LT(hits, trials * 4 / 5);
+}
+
+struct DegenerateCase {
+  const char* name;
+  Triangle x, y;
+  bool intersects;
+  bool coplanar;
+};
+
+TEST(TriangleTriangle, DegenerateTable) {
+  const Vec3 o(0, 0, 0), ex(1, 0, 0), ey(0, 1, 0), ez(0, 0, 1);
+  const Vec3 far(1e6, -1e6, 1e6);
+  const DegenerateCase cases[] = {
+      {"shared vertex", {o, ex, ey}, {o, -ex + ez, -ey + ez}, true, false},
+      {"shared edge, folded", {o, ex, ey}, {o, ex, ez}, true, false},
+      {"shared edge, coplanar", {o, ex, ey}, {o, ex, -ey}, true, true},
+      {"vertex on face",
+       {o, 2 * ex, 2 * ey},
+       {Vec3(0.5, 0.5, 0), Vec3(0.5, 0.5, 1), Vec3(1, 0.5, 1)},
+       true,
+       false},
+      {"edge crossing face interior",
+       {o, 2 * ex, 2 * ey},
+       {Vec3(0.5, 0.5, -1), Vec3(0.5, 0.5, 1), Vec3(3, 3, 0)},
+       true,
+       false},
+      {"coplanar overlap",
+       {o, 2 * ex, 2 * ey},
+       {Vec3(0.5, 0.5, 0), Vec3(3, 0.5, 0), Vec3(0.5, 3, 0)},
+       true,
+       true},
+      {"coplanar contained",
+       {o, 4 * ex, 4 * ey},
+       {Vec3(0.5, 0.5, 0), Vec3(1, 0.5, 0), Vec3(0.5, 1, 0)},
+       true,
+       true},
+      {"coplanar disjoint",
+       {o, ex, ey},
+       {Vec3(2, 2, 0), Vec3(3, 2, 0), Vec3(2, 3, 0)},
+       false,
+       true},
+      {"coplanar vertex on edge",
+       {o, 2 * ex, 2 * ey},
+       {Vec3(1, 1, 0), Vec3(3, 3, 0), Vec3(3, 1, 0)},
+       true,
+       true},
+      {"parallel planes", {o, ex, ey}, {ez, ex + ez, ey + ez}, false, false},
+      {"near miss above",
+       {o, ex, ey},
+       {Vec3(0.2, 0.2, 1e-9), Vec3(0.2, 0.2, 1), Vec3(0.4, 0.2, 1)},
+       false,
+       false},
+      {"far shared vertex",
+       {far, far + ex, far + ey},
+       {far, far - ex + ez, far - ey + ez},
+       true,
+       false},
+      {"far shared edge", {far, far + ex, far + ey}, {far, far + ex, far + ez}, true, false},
+      {"far near miss",
+       {far, far + ex, far + ey},
+       {far + Vec3(0.2, 0.2, 1e-6), far + Vec3(0.2, 0.2, 1), far + Vec3(0.4, 0.2, 1)},
+       false,
+       false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    TriangleIntersection r = IntersectTriangles(c.x, c.y);
+    EXPECT_EQ(r.intersects, c.intersects);
+    if (c.intersects) {
+      EXPECT_EQ(r.coplanar, c.coplanar);
+    }
+    // Symmetric.
+    EXPECT_EQ(IntersectTriangles(c.y, c.x).intersects, c.intersects);
+    TriangleDistance d = DistanceTriangles(c.x, c.y);
+    if (c.intersects) {
+      EXPECT_EQ(d.distance, 0.0);
+    } else {
+      EXPECT_GT(d.distance, 0.0);
+    }
+  }
+}
+
+TEST(TriangleTriangle, DistanceBeatsSamplingAndWitnessesAreConsistent) {
+  auto rng = SeededRng(45);
+  int separated = 0;
+  for (int i = 0; i < 300; ++i) {
+    Triangle x = RandomTriangle(rng, 1), y = RandomTriangle(rng, 1, RandomPoint(rng, 2.5));
+    TriangleDistance d = DistanceTriangles(x, y);
+    EXPECT_NEAR((d.p1 - d.p2).norm(), d.distance, 1e-12);
+    EXPECT_LT(DistanceToTriangle(d.p1, x), 1e-9);
+    EXPECT_LT(DistanceToTriangle(d.p2, y), 1e-9);
+    if (d.distance == 0.0) {
+      EXPECT_TRUE(TrianglesIntersect(x, y));
+      continue;
+    }
+    ++separated;
+    // Sampled points of x to the exact closest point of y can never beat the answer, and the
+    // finest samples come within the sampling resolution of it.
+    double sampled = 1e300;
+    const int n = 30;
+    for (int u = 0; u <= n; ++u) {
+      for (int v = 0; u + v <= n; ++v) {
+        Vec3 s = x.a + (x.b - x.a) * (double(u) / n) + (x.c - x.a) * (double(v) / n);
+        sampled = std::min(sampled, DistanceToTriangle(s, y));
+      }
+    }
+    EXPECT_GE(sampled, d.distance - 1e-12);
+    EXPECT_LE(sampled, d.distance + 2.0 * 2.0 * std::sqrt(3.0) / n);
+    // Swapping the triangles swaps the witnesses.
+    TriangleDistance e = DistanceTriangles(y, x);
+    EXPECT_NEAR(e.distance, d.distance, 1e-12);
+  }
+  EXPECT_GT(separated, 100);
+}
+
+}  // namespace
+}  // namespace clash::geom

@@ -1,0 +1,193 @@
+// Seeded random inputs and meshes with known truth for the geometry tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <Eigen/Geometry>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "clash/geom/mesh.h"
+#include "clash/geom/part.h"
+#include "clash/geom/transform.h"
+
+namespace clash::testing {
+
+using geom::Mat3;
+using geom::RigidTransform;
+using geom::TriangleMesh;
+using geom::Vec3;
+
+/// A generator seeded from a constant that the test log shows.
+inline std::mt19937 SeededRng(uint32_t seed) {
+  ::testing::Test::RecordProperty("seed", static_cast<int>(seed));
+  return std::mt19937(seed);
+}
+
+/// Uniform double in [lo, hi).
+inline double Uniform(std::mt19937& rng, double lo, double hi) {
+  return std::uniform_real_distribution<double>(lo, hi)(rng);
+}
+
+/// Uniform point in the cube [-r, r]^3 (+ centre).
+inline Vec3 RandomPoint(std::mt19937& rng, double r, const Vec3& centre = Vec3::Zero()) {
+  return centre + Vec3(Uniform(rng, -r, r), Uniform(rng, -r, r), Uniform(rng, -r, r));
+}
+
+/// A uniformly distributed rotation (random unit quaternion).
+inline Mat3 RandomRotation(std::mt19937& rng) {
+  std::normal_distribution<double> g;
+  Eigen::Quaterniond q(g(rng), g(rng), g(rng), g(rng));
+  return q.normalized().toRotationMatrix();
+}
+
+/// Rotation by `angle` about `axis`.
+inline Mat3 AxisAngle(double angle, const Vec3& axis) {
+  return Eigen::AngleAxisd(angle, axis.normalized()).toRotationMatrix();
+}
+
+/// A random rigid pose with translation in [-r, r]^3.
+inline RigidTransform RandomPose(std::mt19937& rng, double r) {
+  return {RandomRotation(rng), RandomPoint(rng, r)};
+}
+
+/// Raw triangles before validation.
+struct RawMesh {
+  std::vector<Vec3> v;
+  std::vector<TriangleMesh::Index3> t;
+
+  /// The same triangles with every vertex moved by X.
+  RawMesh Transformed(const RigidTransform& X) const {
+    RawMesh m = *this;
+    for (Vec3& p : m.v) p = X * p;
+    return m;
+  }
+  /// Validates into a TriangleMesh (fails the test on error).
+  TriangleMesh Build(const geom::MeshOptions& options = {}) const {
+    auto m = TriangleMesh::Create(v, t, {}, options);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return *std::move(m);
+  }
+  /// Builds a part (fails the test on error).
+  std::shared_ptr<const geom::Part> Part(const geom::PartOptions& options = {}) const {
+    auto p = geom::Part::Create(Build(), options);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return *std::move(p);
+  }
+};
+
+/// A closed box [-h, h] (12 triangles, outward normals) centred at c.
+inline RawMesh MakeBox(const Vec3& h, const Vec3& c = Vec3::Zero()) {
+  RawMesh m;
+  for (int i = 0; i < 8; ++i) {
+    m.v.push_back(
+        c + Vec3((i & 1) ? h.x() : -h.x(), (i & 2) ? h.y() : -h.y(), (i & 4) ? h.z() : -h.z()));
+  }
+  m.t = {{0, 2, 1}, {1, 2, 3}, {4, 5, 6}, {5, 7, 6}, {0, 1, 4}, {1, 5, 4},
+         {2, 6, 3}, {3, 6, 7}, {0, 4, 2}, {2, 4, 6}, {1, 3, 5}, {3, 7, 5}};
+  return m;
+}
+
+/// A box subdivided into n x n quads per face (closed, 12 n^2 triangles).
+inline RawMesh MakeSubdividedBox(const Vec3& h, int n) {
+  RawMesh m;
+  // Each face: a grid on the face, indices shared inside a face; faces are welded later.
+  for (int axis = 0; axis < 3; ++axis) {
+    for (int side = -1; side <= 1; side += 2) {
+      const int u = (axis + 1) % 3, w = (axis + 2) % 3;
+      const uint32_t base = static_cast<uint32_t>(m.v.size());
+      for (int i = 0; i <= n; ++i) {
+        for (int j = 0; j <= n; ++j) {
+          Vec3 p;
+          p[axis] = side * h[axis];
+          p[u] = -h[u] + 2.0 * h[u] * i / n;
+          p[w] = -h[w] + 2.0 * h[w] * j / n;
+          m.v.push_back(p);
+        }
+      }
+      for (int i = 0; i < n; ++i) {
+        for (int j = 0; j < n; ++j) {
+          uint32_t a = base + i * (n + 1) + j, b = a + (n + 1), c = b + 1, d = a + 1;
+          // (u, w, axis) is right-handed: u x w = +axis, so (a, b, c) faces +axis.
+          if (side > 0) {
+            m.t.push_back({a, b, c});
+            m.t.push_back({a, c, d});
+          } else {
+            m.t.push_back({a, c, b});
+            m.t.push_back({a, d, c});
+          }
+        }
+      }
+    }
+  }
+  return m;
+}
+
+/// A closed cylinder of radius r and height h along z, centred at the origin.
+inline RawMesh MakeCylinder(double r, double h, int segments) {
+  RawMesh m;
+  const uint32_t n = static_cast<uint32_t>(segments);
+  for (uint32_t i = 0; i < n; ++i) {
+    double a = 2.0 * M_PI * i / n;
+    m.v.push_back({r * std::cos(a), r * std::sin(a), -h / 2});
+    m.v.push_back({r * std::cos(a), r * std::sin(a), h / 2});
+  }
+  const uint32_t bottom = static_cast<uint32_t>(m.v.size());
+  m.v.push_back({0, 0, -h / 2});
+  m.v.push_back({0, 0, h / 2});
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t j = (i + 1) % n;
+    m.t.push_back({2 * i, 2 * j, 2 * j + 1});
+    m.t.push_back({2 * i, 2 * j + 1, 2 * i + 1});
+    m.t.push_back({bottom, 2 * j, 2 * i});
+    m.t.push_back({bottom + 1, 2 * i + 1, 2 * j + 1});
+  }
+  return m;
+}
+
+/// A closed star-shaped blob: a UV sphere of radius r whose vertices are pushed radially by
+/// up to `roughness * r` (closed and outward-oriented by construction).
+inline RawMesh MakeBlob(std::mt19937& rng, double r, int rings, int sectors, double roughness) {
+  RawMesh m;
+  m.v.push_back({0, 0, r * (1 + Uniform(rng, -roughness, roughness))});
+  for (int i = 1; i < rings; ++i) {
+    double phi = M_PI * i / rings;
+    for (int j = 0; j < sectors; ++j) {
+      double th = 2.0 * M_PI * j / sectors;
+      double rr = r * (1 + Uniform(rng, -roughness, roughness));
+      m.v.push_back({rr * std::sin(phi) * std::cos(th), rr * std::sin(phi) * std::sin(th),
+                     rr * std::cos(phi)});
+    }
+  }
+  m.v.push_back({0, 0, -r * (1 + Uniform(rng, -roughness, roughness))});
+  const uint32_t s = static_cast<uint32_t>(sectors);
+  const uint32_t south = static_cast<uint32_t>(m.v.size() - 1);
+  auto ring = [&](int i, uint32_t j) { return 1 + (i - 1) * s + (j % s); };
+  for (uint32_t j = 0; j < s; ++j) m.t.push_back({0, ring(1, j), ring(1, j + 1)});
+  for (int i = 1; i < rings - 1; ++i) {
+    for (uint32_t j = 0; j < s; ++j) {
+      m.t.push_back({ring(i, j), ring(i + 1, j), ring(i + 1, j + 1)});
+      m.t.push_back({ring(i, j), ring(i + 1, j + 1), ring(i, j + 1)});
+    }
+  }
+  for (uint32_t j = 0; j < s; ++j)
+    m.t.push_back({south, ring(rings - 1, j + 1), ring(rings - 1, j)});
+  return m;
+}
+
+/// n random triangles with vertices near random centres in [-extent, extent]^3 and edge
+/// sizes up to `size` (an open soup).
+inline RawMesh MakeSoup(std::mt19937& rng, int n, double extent, double size) {
+  RawMesh m;
+  for (int i = 0; i < n; ++i) {
+    Vec3 c = RandomPoint(rng, extent);
+    uint32_t base = static_cast<uint32_t>(m.v.size());
+    for (int k = 0; k < 3; ++k) m.v.push_back(RandomPoint(rng, size, c));
+    m.t.push_back({base, base + 1, base + 2});
+  }
+  return m;
+}
+
+}  // namespace clash::testing
