@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   # toolchain
-  build-essential cmake ninja-build pkg-config git ca-certificates clang-format
+  build-essential cmake ninja-build pkg-config git ca-certificates clang-format python3
   # geometry core
   libeigen3-dev libabsl-dev
   # tests and benchmarks

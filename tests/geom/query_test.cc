@@ -58,7 +58,7 @@ class QueryOracle : public ::testing::TestWithParam<BvMode> {};
 TEST_P(QueryOracle, IntersectionAgreesWithAllPairs) {
   auto rng = SeededRng(71 + static_cast<int>(GetParam()));
   int hits = 0;
-  const int trials = 120;
+  const int trials = testing::Trials(120, 30);
   for (int i = 0; i < trials; ++i) {
     Scenario s = MakeScenario(rng, GetParam(), 16, i % 3 == 0);
     auto expected = BruteIntersectingPairs(*s.a, s.X_WA, *s.b, s.X_WB);
@@ -91,7 +91,7 @@ TEST_P(QueryOracle, IntersectionAgreesWithAllPairs) {
 TEST_P(QueryOracle, DistanceAgreesWithAllPairs) {
   auto rng = SeededRng(81 + static_cast<int>(GetParam()));
   int separated = 0, within_checked = 0;
-  const int trials = 100;
+  const int trials = testing::Trials(100);
   for (int i = 0; i < trials; ++i) {
     Scenario s = MakeScenario(rng, GetParam(), 20, i % 3 == 0);
     const double expected = BruteDistance(*s.a, s.X_WA, *s.b, s.X_WB);
@@ -124,7 +124,7 @@ TEST_P(QueryOracle, DistanceAgreesWithAllPairs) {
 TEST_P(QueryOracle, RayCastAgreesWithAllTriangles) {
   auto rng = SeededRng(91 + static_cast<int>(GetParam()));
   int hits = 0;
-  const int trials = 3000;
+  const int trials = testing::Trials(3000, 1000);
   PartPtr part;
   RigidTransform X_WP;
   for (int i = 0; i < trials; ++i) {
@@ -174,7 +174,7 @@ INSTANTIATE_TEST_SUITE_P(AllModes, QueryOracle,
 TEST(ContainsPoint, AgreesWithWindingNumber) {
   auto rng = SeededRng(101);
   int inside = 0;
-  const int trials = 1500;
+  const int trials = testing::Trials(1500, 600);
   PartPtr part;
   for (int i = 0; i < trials; ++i) {
     if (i % 300 == 0) {
@@ -227,7 +227,7 @@ TEST(Containment, FindsWhichPartIsInside) {
 // parts swaps the witnesses.
 TEST(QueryMetamorphic, RigidMotionAndSwap) {
   auto rng = SeededRng(111);
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < testing::Trials(40); ++i) {
     Scenario s = MakeScenario(rng, BvMode::kAdaptive, 20, false);
     const RigidTransform M = RandomPose(rng, 1000);
     const RigidTransform X_WA2 = M * s.X_WA, X_WB2 = M * s.X_WB;

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Geometry>
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <vector>
@@ -24,6 +26,15 @@ using geom::Vec3;
 inline std::mt19937 SeededRng(uint32_t seed) {
   ::testing::Test::RecordProperty("seed", static_cast<int>(seed));
   return std::mt19937(seed);
+}
+
+/// Number of random trials to run: `n` scaled by the environment variable CLASH_TEST_SCALE
+/// (default 1; the sanitizer build uses 0.1), never fewer than `at_least`. The trials are a
+/// prefix of the same seeded sequence, so a smaller scale runs a subset of the same cases.
+inline int Trials(int n, int at_least = 8) {
+  const char* env = std::getenv("CLASH_TEST_SCALE");
+  const double scale = env ? std::atof(env) : 1.0;
+  return std::max(at_least, static_cast<int>(n * (scale > 0 ? scale : 1.0)));
 }
 
 /// Uniform double in [lo, hi).

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The one test command (README quick start, .ci/run): installs what is missing, builds, runs
+# every test, runs the geometry and CAD tests again under ASan+UBSan, and checks formatting.
+# Usage: bash tests/run_all.sh            (as root on Debian 12, or with sudo available)
+# Env:   CLASH_JOBS (default 2), CLASH_SKIP_INSTALL=1, CLASH_SKIP_SANITIZE=1
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+jobs="${CLASH_JOBS:-2}"
+
+[ "${CLASH_SKIP_INSTALL:-0}" = 1 ] || bash .ci/install-deps.sh
+
+section() { printf '\n== %s\n' "$*"; }
+
+section "format check (clang-format, Google style)"
+mapfile -t sources < <(git ls-files '*.h' '*.cc' 2>/dev/null || find geom tests bench -name '*.h' -o -name '*.cc')
+clang-format --dry-run -Werror "${sources[@]}"
+echo "formatted: ${#sources[@]} files"
+
+section "build (RelWithDebInfo, warnings as errors)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLASH_WERROR=ON \
+      -DCLASH_BUILD_TESTS=ON -DCLASH_BUILD_BENCH=ON >/dev/null
+ninja -C build -j"$jobs"
+
+section "benchmark self-check (answers agree with FCL/Embree/OCCT; no timing judged)"
+build/bench/clash_bench --benchmark_min_time=0.001 --benchmark_filter='BM_Agree' \
+  >/dev/null 2>build/bench-check.log || { cat build/bench-check.log; exit 1; }
+echo "benchmark agreement checks passed"
+
+section "tests"
+(cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
+
+if [ "${CLASH_SKIP_SANITIZE:-0}" != 1 ]; then
+  section "geometry and CAD tests under ASan+UBSan (Debug, assertions on)"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCLASH_SANITIZE="address;undefined" \
+        -DCLASH_WERROR=ON -DCLASH_BUILD_TESTS=ON -DCLASH_BUILD_BENCH=OFF >/dev/null
+  ninja -C build-asan -j"$jobs" geom_tests cad_tests
+  # The sanitizers look for memory and UB errors; a 10% prefix of each seeded random test suffices.
+  (cd build-asan && CLASH_TEST_SCALE=0.1 ctest --output-on-failure -j"$jobs" --timeout 1800)
+fi
