@@ -73,7 +73,8 @@ TEST(TriangleMesh, DropsDegenerateTrianglesAndKeepsTags) {
   EXPECT_EQ(m->vertices().size(), 8u);
   for (std::size_t i = 0; i < 12; ++i) EXPECT_LT(m->tags()[i], 998u);
   EXPECT_EQ(m->tags()[3], 103u);
-  EXPECT_EQ(m->source_index()[3], 4u);
+  EXPECT_EQ(m->SourceIndex(3), 4u);
+  EXPECT_EQ(MakeBox(Vec3(1, 1, 1)).Build().SourceIndex(7), 7u);  // nothing dropped: identity
   EXPECT_TRUE(m->IsClosed());
 }
 

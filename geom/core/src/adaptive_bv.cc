@@ -12,7 +12,8 @@ double AngleToNearestAxis(const Vec3& v) {
   return std::acos(c);
 }
 
-// Volume with a floor on each extent, so flat boxes (a planar leaf) compare by area.
+// Volume with a floor on each extent (kVolumePadRelative of the box's size), so flat boxes
+// (a planar leaf) compare by area rather than by a rounding-sized thickness.
 double PaddedVolume(const Vec3& half, double pad) { return (2.0 * half.array() + pad).prod(); }
 
 }  // namespace
@@ -68,6 +69,15 @@ double MisalignmentAngle(const PrincipalFrame& f, double tie_relative) {
                    AngleToNearestAxis(f.axes.col(2))});
 }
 
+double PredictedAabbGrowth(const PrincipalFrame& frame, double pad_relative) {
+  // The principal "standard deviation box" (extents sqrt(eigenvalue) on the principal axes)
+  // against its own axis-aligned box (Arvo's extents |R| e): how much the tilt inflates it.
+  const Vec3 e = frame.eigenvalues.cwiseMax(0.0).cwiseSqrt();
+  const double pad = pad_relative * e.norm();
+  const Vec3 aligned = frame.axes.cwiseAbs() * e;
+  return (aligned.array() + pad).prod() / (e.array() + pad).prod();
+}
+
 bool TakesAabb(const PrincipalFrame& frame, const AdaptiveBvOptions& options) {
   switch (options.mode) {
     case BvMode::kAabbOnly:
@@ -77,7 +87,8 @@ bool TakesAabb(const PrincipalFrame& frame, const AdaptiveBvOptions& options) {
     case BvMode::kAdaptive:
       break;
   }
-  return MisalignmentAngle(frame, options.eigen_tie_relative) <= options.eps_rad;
+  return MisalignmentAngle(frame, options.eigen_tie_relative) <= options.eps_rad &&
+         PredictedAabbGrowth(frame, kVolumePadRelative) * options.obb_volume_ratio <= 1.0;
 }
 
 AdaptiveBox ChooseBox(std::span<const Vec3> points, const PrincipalFrame& frame, const Aabb& aabb,
@@ -89,7 +100,7 @@ AdaptiveBox ChooseBox(std::span<const Vec3> points, const PrincipalFrame& frame,
   if (TakesAabb(frame, options) || points.empty()) return r;
   Obb obb = FitObbOnAxes(points, frame.axes);
   if (options.mode == BvMode::kAdaptive) {
-    const double pad = 1e-6 * aabb.Diagonal();
+    const double pad = kVolumePadRelative * aabb.Diagonal();
     if (PaddedVolume(obb.half, pad) >
         options.obb_volume_ratio * PaddedVolume(aabb.HalfExtents(), pad)) {
       return r;

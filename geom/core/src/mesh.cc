@@ -175,6 +175,12 @@ absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
         absl::StrCat("no triangle with a non-zero area among ", triangles.size()));
   }
   m.stats_.unused_vertices = vertices.size() - m.stats_.welded_vertices - m.vertices_.size();
+  // Nothing dropped: the map back to the input is the identity and is not stored.
+  if (m.triangles_.size() == triangles.size()) m.source_index_.clear();
+  m.vertices_.shrink_to_fit();
+  m.triangles_.shrink_to_fit();
+  m.tags_.shrink_to_fit();
+  m.source_index_.shrink_to_fit();
   for (const Vec3& p : m.vertices_) m.bounds_.Add(p);
   AnalyseEdges(m.triangles_, &m.stats_);
   return m;

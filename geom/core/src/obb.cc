@@ -6,8 +6,12 @@
 namespace clash::geom {
 
 bool BoxesOverlap(const Vec3& a, const Vec3& b, const Mat3& R, const Vec3& t, double eps) {
+  const Mat3 AbsR = R.cwiseAbs().array() + eps;
+  return BoxesOverlapAbs(a, b, R, AbsR, t);
+}
+
+bool BoxesOverlapAbs(const Vec3& a, const Vec3& b, const Mat3& R, const Mat3& AbsR, const Vec3& t) {
   // Ericson, "Real-Time Collision Detection", 4.4.1 (after Gottschalk et al.).
-  Mat3 AbsR = R.cwiseAbs().array() + eps;
   // Axes of a.
   for (int i = 0; i < 3; ++i) {
     double rb = b[0] * AbsR(i, 0) + b[1] * AbsR(i, 1) + b[2] * AbsR(i, 2);

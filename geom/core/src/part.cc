@@ -91,6 +91,7 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
     st.chosen_volume_sum += chosen.box.Volume();
     if (tn.IsLeaf()) ++st.leaves;
   }
+  part->rotations_.shrink_to_fit();
   st.nodes = count;
   st.depth = topo.depth;
   st.sah_cost = topo.sah_cost;

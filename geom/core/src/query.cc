@@ -13,17 +13,22 @@ namespace {
 // that descends one side at a time never holds more than 2 * 60 + 1 pairs.
 constexpr int kPairStack = 128;
 constexpr int kNodeStack = 64;
+// Added to |R| in the separating-axis test so that near-parallel edge pairs, whose cross
+// product is nearly zero, cannot produce a false separation from rounding.
+constexpr double kSatEpsilon = 1e-12;
 
 // The pose of part b's frame in part a's frame, shared by every node test of one query.
 struct PairFrame {
   const Part& a;
   const Part& b;
   RigidTransform X_AB;
+  Mat3 abs_R_AB;  // |R_AB| + eps: the SAT's absolute rotation for every AABB-AABB node pair
   bool identity;
 
   PairFrame(const Part& pa, const RigidTransform& X_WA, const Part& pb, const RigidTransform& X_WB)
       : a(pa), b(pb), X_AB(X_WA.Inverse() * X_WB) {
     identity = X_AB.HasIdentityRotation();
+    abs_R_AB = X_AB.R.cwiseAbs().array() + kSatEpsilon;
   }
 
   // Box b relative to box a: R (b's axes in a's box frame) and t (b's centre there).
@@ -47,10 +52,14 @@ struct PairFrame {
              std::abs(c.y()) <= na.half.y() + nb.half.y() &&
              std::abs(c.z()) <= na.half.z() + nb.half.z();
     }
+    if (!na.IsObb() && !nb.IsObb()) {
+      const Vec3 c = X_AB.R * nb.center + X_AB.t - na.center;
+      return BoxesOverlapAbs(na.half, nb.half, X_AB.R, abs_R_AB, c);
+    }
     Mat3 R;
     Vec3 t;
     Relative(na, nb, &R, &t);
-    return BoxesOverlap(na.half, nb.half, R, t);
+    return BoxesOverlap(na.half, nb.half, R, t, kSatEpsilon);
   }
 
   double LowerBound(const BvhNode& na, const BvhNode& nb) const {
@@ -112,9 +121,10 @@ void ForOverlappingLeaves(const PairFrame& f, LeafFn&& leaf) {
   }
 }
 
-// The triangles of a leaf of b, moved into a's frame.
+// The triangles of a leaf of b, moved into a's frame, with their bounds.
 struct LeafTriangles {
   Triangle tri[kMaxLeafSize];
+  Aabb box[kMaxLeafSize];
   uint32_t id[kMaxLeafSize];
   uint32_t n = 0;
   LeafTriangles(const PairFrame& f, const BvhNode& nb) {
@@ -122,7 +132,11 @@ struct LeafTriangles {
     for (uint32_t k = 0; k < n; ++k) {
       id[k] = f.b.prims()[nb.index + k];
       tri[k] = f.TriangleB(id[k]);
+      box[k] = TriangleBounds(tri[k]);
     }
+  }
+  static Aabb TriangleBounds(const Triangle& t) {
+    return {t.a.cwiseMin(t.b).cwiseMin(t.c), t.a.cwiseMax(t.b).cwiseMax(t.c)};
   }
 };
 
@@ -422,7 +436,10 @@ DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b
     for (uint32_t i = 0; i < na.Count(); ++i) {
       const uint32_t ia = a.prims()[na.index + i];
       const Triangle ta = a.mesh().triangle(ia);
+      const Aabb box_a = LeafTriangles::TriangleBounds(ta);
       for (uint32_t j = 0; j < lb.n; ++j) {
+        // The gap between the triangles' boxes is a cheap lower bound of their distance.
+        if (found && box_a.Distance(lb.box[j]) >= best) continue;
         const TriangleDistance d = DistanceTriangles(ta, lb.tri[j]);
         if (d.distance < best || (!found && d.distance <= best)) {
           best = d.distance;
@@ -454,7 +471,9 @@ bool WithinDistance(const Part& a, const RigidTransform& X_WA, const Part& b,
     const LeafTriangles lb(f, nb);
     for (uint32_t i = 0; i < na.Count(); ++i) {
       const Triangle ta = a.mesh().triangle(a.prims()[na.index + i]);
+      const Aabb box_a = LeafTriangles::TriangleBounds(ta);
       for (uint32_t j = 0; j < lb.n; ++j) {
+        if (box_a.Distance(lb.box[j]) > d) continue;
         if (DistanceTriangles(ta, lb.tri[j]).distance <= d) {
           within = true;
           return true;

@@ -16,18 +16,19 @@ namespace {
 // tessellation feature.
 constexpr double kPlaneSnapRelative = 1e-12;
 
-double MaxEdgeLength(const Triangle& t) {
-  return std::sqrt(
-      std::max({(t.b - t.a).squaredNorm(), (t.c - t.b).squaredNorm(), (t.a - t.c).squaredNorm()}));
+double MaxEdgeLengthSquared(const Triangle& t) {
+  return std::max(
+      {(t.b - t.a).squaredNorm(), (t.c - t.b).squaredNorm(), (t.a - t.c).squaredNorm()});
 }
 
-// Distances (scaled by |n|) of t's vertices from the plane through `on` with normal n, snapped.
+// Distances (scaled by |n|) of t's vertices from the plane through `on` with normal n; those
+// with d^2 <= snap2 are snapped to zero.
 std::array<double, 3> PlaneDistances(const Triangle& t, const Vec3& n, const Vec3& on,
-                                     double snap) {
+                                     double snap2) {
   std::array<double, 3> d;
   for (int i = 0; i < 3; ++i) {
     d[i] = n.dot(t[i] - on);
-    if (std::abs(d[i]) <= snap) d[i] = 0.0;
+    if (d[i] * d[i] <= snap2) d[i] = 0.0;
   }
   return d;
 }
@@ -229,14 +230,14 @@ std::optional<RayTriangleHit> IntersectRayTriangle(const Ray& ray, const Triangl
 
 TriangleIntersection IntersectTriangles(const Triangle& t1, const Triangle& t2) {
   TriangleIntersection r;
-  const double scale = std::max(MaxEdgeLength(t1), MaxEdgeLength(t2));
+  // Snap |d| <= kPlaneSnapRelative * scale * |n|, compared squared (no square roots).
+  const double k2 = kPlaneSnapRelative * kPlaneSnapRelative *
+                    std::max(MaxEdgeLengthSquared(t1), MaxEdgeLengthSquared(t2));
   const Vec3 n2 = t2.RawNormal();
-  const std::array<double, 3> du =
-      PlaneDistances(t1, n2, t2.a, kPlaneSnapRelative * scale * n2.norm());
+  const std::array<double, 3> du = PlaneDistances(t1, n2, t2.a, k2 * n2.squaredNorm());
   if (AllSameStrictSign(du)) return r;
   const Vec3 n1 = t1.RawNormal();
-  const std::array<double, 3> dv =
-      PlaneDistances(t2, n1, t1.a, kPlaneSnapRelative * scale * n1.norm());
+  const std::array<double, 3> dv = PlaneDistances(t2, n1, t1.a, k2 * n1.squaredNorm());
   if (AllSameStrictSign(dv)) return r;
   const bool coplanar1 = du[0] == 0 && du[1] == 0 && du[2] == 0;
   const bool coplanar2 = dv[0] == 0 && dv[1] == 0 && dv[2] == 0;

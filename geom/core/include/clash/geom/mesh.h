@@ -67,8 +67,10 @@ class TriangleMesh {
   [[nodiscard]] const std::vector<Index3>& triangles() const { return triangles_; }
   /// One tag per triangle.
   [[nodiscard]] const std::vector<uint32_t>& tags() const { return tags_; }
-  /// For each kept triangle, its index in the input.
-  [[nodiscard]] const std::vector<uint32_t>& source_index() const { return source_index_; }
+  /// The index in the input of kept triangle i.
+  [[nodiscard]] uint32_t SourceIndex(std::size_t i) const {
+    return source_index_.empty() ? static_cast<uint32_t>(i) : source_index_[i];
+  }
   /// Number of triangles.
   [[nodiscard]] std::size_t num_triangles() const { return triangles_.size(); }
   /// Triangle i with its vertex positions.
@@ -93,7 +95,7 @@ class TriangleMesh {
   std::vector<Vec3> vertices_;
   std::vector<Index3> triangles_;
   std::vector<uint32_t> tags_;
-  std::vector<uint32_t> source_index_;
+  std::vector<uint32_t> source_index_;  // empty when no triangle was dropped (identity)
   Aabb bounds_;
   MeshStats stats_;
 };

@@ -51,6 +51,11 @@ struct Obb {
 [[nodiscard]] bool BoxesOverlap(const Vec3& half_a, const Vec3& half_b, const Mat3& R_ab,
                                 const Vec3& t_ab, double eps = 1e-12);
 
+/// BoxesOverlap with AbsR = |R_ab| + eps precomputed by the caller (it is the same for every
+/// pair of axis-aligned nodes of two parts).
+[[nodiscard]] bool BoxesOverlapAbs(const Vec3& half_a, const Vec3& half_b, const Mat3& R_ab,
+                                   const Mat3& AbsR, const Vec3& t_ab);
+
 /// Overlap of two boxes given in a common frame.
 [[nodiscard]] bool Overlaps(const Obb& a, const Obb& b);
 
