@@ -258,6 +258,9 @@ TEST(TriangleTriangle, DistanceBeatsSamplingAndWitnessesAreConsistent) {
     }
     EXPECT_GE(sampled, d.distance - 1e-12);
     EXPECT_LE(sampled, d.distance + 2.0 * 2.0 * std::sqrt(3.0) / n);
+    // With an upper bound above the answer the result is exact; below it, at least the bound.
+    EXPECT_EQ(DistanceTriangles(x, y, d.distance * 1.01).distance, d.distance);
+    EXPECT_GE(DistanceTriangles(x, y, d.distance * 0.99).distance, d.distance * 0.99);
     // Swapping the triangles swaps the witnesses.
     TriangleDistance e = DistanceTriangles(y, x);
     EXPECT_NEAR(e.distance, d.distance, 1e-12);

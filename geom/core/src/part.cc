@@ -1,6 +1,7 @@
 #include "clash/geom/part.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 namespace clash::geom {
@@ -75,13 +76,26 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
         chosen = ChooseBox(scratch, frame, tn.box, options.bv);
       }
     }
+    Eigen::Matrix3f axes_f;
+    if (chosen.is_obb) {
+      // Axes are stored in single precision: refit the extents to the rounded axes exactly as
+      // stored, and grow them to cover the rounded axes' ~1e-7 departure from orthonormality
+      // (the box tests assume orthonormal axes).
+      axes_f = chosen.box.axes.cast<float>();
+      const double volume = chosen.box.Volume();
+      chosen.box = FitObbOnAxes(scratch, axes_f.cast<double>());
+      chosen.box.half.array() += 4e-6 * chosen.box.half.sum();
+      // Rounding can only cost a little volume; it must not undo the choice.
+      assert(chosen.box.Volume() <= 1.01 * volume + 1e-300);
+      (void)volume;
+    }
     BvhNode& out = part->nodes_[k];
     out.center = chosen.box.center;
     out.half = chosen.box.half.array() + inflate;
     out.index = tn.index;
     out.meta = tn.IsLeaf() ? tn.count : 0u;
     if (chosen.is_obb) {
-      part->rotations_.push_back(chosen.box.axes);
+      part->rotations_.push_back(axes_f);
       out.meta |= static_cast<uint32_t>(part->rotations_.size()) << 8;
       ++st.obb_nodes;
     } else {
@@ -97,7 +111,7 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
   st.sah_cost = topo.sah_cost;
   st.memory_bytes = m.MemoryBytes() + part->nodes_.capacity() * sizeof(BvhNode) +
                     part->prims_.capacity() * sizeof(uint32_t) +
-                    part->rotations_.capacity() * sizeof(Mat3);
+                    part->rotations_.capacity() * sizeof(Eigen::Matrix3f);
   return std::shared_ptr<const Part>(std::move(part));
 }
 

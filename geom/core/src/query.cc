@@ -39,8 +39,13 @@ struct PairFrame {
       *t = c;
       return;
     }
+    if (!na.IsObb()) {  // only b is oriented
+      *R = X_AB.R * b.NodeAxes(nb);
+      *t = c;
+      return;
+    }
     const Mat3 Rat = a.NodeAxes(na).transpose();
-    *R = Rat * (X_AB.R * b.NodeAxes(nb));
+    *R = nb.IsObb() ? Mat3(Rat * (X_AB.R * b.NodeAxes(nb))) : Mat3(Rat * X_AB.R);
     *t = Rat * c;
   }
 
@@ -208,7 +213,7 @@ NodeInterval EnterNode(const Part& part, const BvhNode& n, const internal::Prepa
                                  &t0, &t1);
     return {ok, t0};
   }
-  const Mat3& R = part.rotations()[n.ObbSlot()];
+  const Mat3 R = part.NodeAxes(n);
   const Vec3 o = R.transpose() * (r.org - n.center);
   const Vec3 d = R.transpose() * r.dir;
   bool zero[3];
@@ -433,23 +438,35 @@ DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b
   bool found = false;
   ForCloseLeaves(f, &best, false, [&](const BvhNode& na, const BvhNode& nb) {
     const LeafTriangles lb(f, nb);
+    // Triangle pairs nearest-box first, so the bound tightens early and prunes the rest.
+    struct Candidate {
+      double gap;
+      uint32_t i, j;
+    } cand[kMaxLeafSize * kMaxLeafSize];
+    Triangle ta[kMaxLeafSize];
+    uint32_t n = 0;
     for (uint32_t i = 0; i < na.Count(); ++i) {
-      const uint32_t ia = a.prims()[na.index + i];
-      const Triangle ta = a.mesh().triangle(ia);
-      const Aabb box_a = LeafTriangles::TriangleBounds(ta);
+      ta[i] = a.mesh().triangle(a.prims()[na.index + i]);
+      const Aabb box_a = LeafTriangles::TriangleBounds(ta[i]);
       for (uint32_t j = 0; j < lb.n; ++j) {
-        // The gap between the triangles' boxes is a cheap lower bound of their distance.
-        if (found && box_a.Distance(lb.box[j]) >= best) continue;
-        const TriangleDistance d = DistanceTriangles(ta, lb.tri[j]);
-        if (d.distance < best || (!found && d.distance <= best)) {
-          best = d.distance;
-          found = true;
-          pa = d.p1;
-          pb = d.p2;
-          r.tri_a = ia;
-          r.tri_b = lb.id[j];
-          if (best == 0.0) return true;
-        }
+        const double gap = box_a.Distance(lb.box[j]);
+        if (gap < best || (!found && gap <= best)) cand[n++] = {gap, i, j};
+      }
+    }
+    std::sort(cand, cand + n, [](const Candidate& x, const Candidate& y) { return x.gap < y.gap; });
+    for (uint32_t k = 0; k < n; ++k) {
+      const Candidate& c = cand[k];
+      if (found && c.gap >= best) break;
+      const TriangleDistance d =
+          DistanceTriangles(ta[c.i], lb.tri[c.j], found ? best : upper_bound);
+      if (d.distance < best || (!found && d.distance <= best)) {
+        best = d.distance;
+        found = true;
+        pa = d.p1;
+        pb = d.p2;
+        r.tri_a = a.prims()[na.index + c.i];
+        r.tri_b = lb.id[c.j];
+        if (best == 0.0) return true;
       }
     }
     return false;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "clash/geom/aabb.h"
 #include "ray_internal.h"
 
 namespace clash::geom {
@@ -262,40 +263,73 @@ bool TrianglesIntersect(const Triangle& t1, const Triangle& t2) {
   return IntersectTriangles(t1, t2).intersects;
 }
 
-TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2) {
+namespace {
+
+// Squared gap between the boxes of segments [a0, a1] and [b0, b1].
+double SegmentBoxGap2(const Vec3& a0, const Vec3& a1, const Vec3& b0, const Vec3& b1) {
+  const Vec3 gap = (b0.cwiseMin(b1) - a0.cwiseMax(a1)).cwiseMax(a0.cwiseMin(a1) - b0.cwiseMax(b1));
+  return gap.cwiseMax(0.0).squaredNorm();
+}
+
+}  // namespace
+
+TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2, double upper_bound) {
   TriangleDistance best;
-  TriangleIntersection x = IntersectTriangles(t1, t2);
-  if (x.intersects) {
-    best.distance = 0.0;
-    best.p1 = best.p2 = x.p0;
-    return best;
-  }
   double best_d2 = std::numeric_limits<double>::infinity();
+  const double bound2 = upper_bound * upper_bound;
   Vec3 p, q;
+  // Edge pairs first. When the closest points P, Q of two edges have each triangle's third
+  // vertex on its own side of the planes through P and Q normal to Q - P, the triangles lie in
+  // two half-spaces |Q - P| apart and P, Q are the answer (the early exit of PQP's TriDist,
+  // Larsen et al. 1999). Pairs whose boxes are farther apart than the best so far are skipped.
   for (int i = 0; i < 3; ++i) {
+    const Vec3 &a0 = t1[i], &a1 = t1[(i + 1) % 3];
     for (int j = 0; j < 3; ++j) {
-      double d2 = ClosestPointsSegments(t1[i], t1[(i + 1) % 3], t2[j], t2[(j + 1) % 3], &p, &q);
+      const Vec3 &b0 = t2[j], &b1 = t2[(j + 1) % 3];
+      if (SegmentBoxGap2(a0, a1, b0, b1) >= std::min(best_d2, bound2)) continue;
+      const double d2 = ClosestPointsSegments(a0, a1, b0, b1, &p, &q);
       if (d2 < best_d2) {
         best_d2 = d2;
         best.p1 = p;
         best.p2 = q;
       }
+      const Vec3 v = q - p;
+      if (v.dot(t1[(i + 2) % 3] - p) <= 0.0 && v.dot(t2[(j + 2) % 3] - q) >= 0.0) {
+        best.distance = std::sqrt(d2);
+        best.p1 = p;
+        best.p2 = q;
+        return best;
+      }
     }
   }
+  // No edge pair is separating: the closest feature pair is a vertex and a face, or the
+  // triangles intersect (an edge piercing the other's face is no edge-edge contact).
+  const TriangleIntersection x = IntersectTriangles(t1, t2);
+  if (x.intersects) {
+    best.distance = 0.0;
+    best.p1 = best.p2 = x.p0;
+    return best;
+  }
+  const Aabb box1{t1.a.cwiseMin(t1.b).cwiseMin(t1.c), t1.a.cwiseMax(t1.b).cwiseMax(t1.c)};
+  const Aabb box2{t2.a.cwiseMin(t2.b).cwiseMin(t2.c), t2.a.cwiseMax(t2.b).cwiseMax(t2.c)};
   for (int i = 0; i < 3; ++i) {
-    q = ClosestPointOnTriangle(t1[i], t2);
-    double d2 = (t1[i] - q).squaredNorm();
-    if (d2 < best_d2) {
-      best_d2 = d2;
-      best.p1 = t1[i];
-      best.p2 = q;
+    if ((t1[i] - box2.ClosestPoint(t1[i])).squaredNorm() < std::min(best_d2, bound2)) {
+      q = ClosestPointOnTriangle(t1[i], t2);
+      const double d2 = (t1[i] - q).squaredNorm();
+      if (d2 < best_d2) {
+        best_d2 = d2;
+        best.p1 = t1[i];
+        best.p2 = q;
+      }
     }
-    p = ClosestPointOnTriangle(t2[i], t1);
-    d2 = (t2[i] - p).squaredNorm();
-    if (d2 < best_d2) {
-      best_d2 = d2;
-      best.p1 = p;
-      best.p2 = t2[i];
+    if ((t2[i] - box1.ClosestPoint(t2[i])).squaredNorm() < std::min(best_d2, bound2)) {
+      p = ClosestPointOnTriangle(t2[i], t1);
+      const double d2 = (t2[i] - p).squaredNorm();
+      if (d2 < best_d2) {
+        best_d2 = d2;
+        best.p1 = p;
+        best.p2 = t2[i];
+      }
     }
   }
   best.distance = std::sqrt(best_d2);

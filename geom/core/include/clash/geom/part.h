@@ -71,11 +71,12 @@ class Part {
   [[nodiscard]] const std::vector<BvhNode>& nodes() const { return nodes_; }
   /// Triangle ids in leaf order.
   [[nodiscard]] const std::vector<uint32_t>& prims() const { return prims_; }
-  /// Axes of the OBB nodes (columns), by slot.
-  [[nodiscard]] const std::vector<Mat3>& rotations() const { return rotations_; }
+  /// Axes of the OBB nodes (columns), by slot, stored in single precision; node extents are
+  /// fitted to exactly these axes.
+  [[nodiscard]] const std::vector<Eigen::Matrix3f>& rotations() const { return rotations_; }
   /// Box axes of a node (identity for AABB nodes).
-  [[nodiscard]] const Mat3& NodeAxes(const BvhNode& n) const {
-    return n.IsObb() ? rotations_[n.ObbSlot()] : kIdentity;
+  [[nodiscard]] Mat3 NodeAxes(const BvhNode& n) const {
+    return n.IsObb() ? Mat3(rotations_[n.ObbSlot()].cast<double>()) : Mat3::Identity();
   }
   /// The box of a node as an Obb.
   [[nodiscard]] Obb NodeBox(const BvhNode& n) const { return {n.center, NodeAxes(n), n.half}; }
@@ -87,11 +88,10 @@ class Part {
   [[nodiscard]] const Vec3& AnyVertex() const { return mesh_.vertices()[mesh_.triangles()[0][0]]; }
 
  private:
-  static inline const Mat3 kIdentity = Mat3::Identity();
   TriangleMesh mesh_;
   std::vector<BvhNode> nodes_;
   std::vector<uint32_t> prims_;
-  std::vector<Mat3> rotations_;
+  std::vector<Eigen::Matrix3f> rotations_;
   PartStats stats_;
 };
 

@@ -1,6 +1,7 @@
 // Planes and triangles: distances, closest points, intersection tests.
 #pragma once
 
+#include <limits>
 #include <optional>
 
 #include "clash/geom/ray.h"
@@ -82,7 +83,11 @@ struct TriangleDistance {
 
 /// Distance between two closed triangles: 0 with a common point when they intersect, otherwise
 /// the minimum over the 9 edge-edge and 6 vertex-triangle pairs (which is exact for
-/// disjoint triangles).
-[[nodiscard]] TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2);
+/// disjoint triangles). Feature pairs whose bounding boxes are at least `upper_bound` apart
+/// are skipped: when the distance is not below `upper_bound` the result is only known to be
+/// at least `upper_bound` (and may be +inf).
+[[nodiscard]] TriangleDistance DistanceTriangles(
+    const Triangle& t1, const Triangle& t2,
+    double upper_bound = std::numeric_limits<double>::infinity());
 
 }  // namespace clash::geom
