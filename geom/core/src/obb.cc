@@ -61,13 +61,37 @@ bool Overlaps(const Obb& a, const Obb& b) {
   return BoxesOverlap(a.half, b.half, R, t);
 }
 
-double BoxDistanceLowerBound(const Vec3& ha, const Vec3& hb, const Mat3& R, const Vec3& t) {
-  Mat3 AbsR = R.cwiseAbs();
+double BoxDistanceLowerBound(const Vec3& ha, const Vec3& hb, const Mat3& R, const Vec3& t,
+                             double target) {
+  const Mat3 AbsR = R.cwiseAbs();
+  const double target2 = target * target;
   // b's AABB in a's frame against a.
-  Vec3 gap_a = (t.cwiseAbs() - ha - AbsR * hb).cwiseMax(0.0);
+  double lb2 = (t.cwiseAbs() - ha - AbsR * hb).cwiseMax(0.0).squaredNorm();
+  if (lb2 >= target2) return std::sqrt(lb2);
   // a's AABB in b's frame against b.
-  Vec3 gap_b = ((R.transpose() * t).cwiseAbs() - hb - AbsR.transpose() * ha).cwiseMax(0.0);
-  return std::sqrt(std::max(gap_a.squaredNorm(), gap_b.squaredNorm()));
+  lb2 = std::max(
+      lb2,
+      ((R.transpose() * t).cwiseAbs() - hb - AbsR.transpose() * ha).cwiseMax(0.0).squaredNorm());
+  if (lb2 >= target2) return std::sqrt(lb2);
+  // Edge-edge axes a_i x b_j (Ericson 4.4.1): projected centre distance minus both radii,
+  // over the axis length sqrt(1 - R_ij^2), compared squared. Near-parallel pairs (short
+  // axes) are skipped.
+  for (int i = 0; i < 3; ++i) {
+    const int i1 = (i + 1) % 3, i2 = (i + 2) % 3;
+    for (int j = 0; j < 3; ++j) {
+      const int j1 = (j + 1) % 3, j2 = (j + 2) % 3;
+      const double len2 = 1.0 - R(i, j) * R(i, j);
+      if (len2 < 1e-6) continue;
+      const double ra = ha[i1] * AbsR(i2, j) + ha[i2] * AbsR(i1, j);
+      const double rb = hb[j1] * AbsR(i, j2) + hb[j2] * AbsR(i, j1);
+      const double gap = std::abs(t[i2] * R(i1, j) - t[i1] * R(i2, j)) - ra - rb;
+      if (gap > 0 && gap * gap > lb2 * len2) {
+        lb2 = gap * gap / len2;
+        if (lb2 >= target2) return std::sqrt(lb2);
+      }
+    }
+  }
+  return std::sqrt(lb2);
 }
 
 Obb FitObbOnAxes(std::span<const Vec3> points, const Mat3& axes) {

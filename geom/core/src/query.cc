@@ -67,7 +67,9 @@ struct PairFrame {
     return BoxesOverlap(na.half, nb.half, R, t, kSatEpsilon);
   }
 
-  double LowerBound(const BvhNode& na, const BvhNode& nb) const {
+  // Lower bound of the distance between two node boxes; tries harder when the cheap bound is
+  // below `target` (the pair would otherwise be opened).
+  double LowerBound(const BvhNode& na, const BvhNode& nb, double target) const {
     if (identity && !na.IsObb() && !nb.IsObb()) {
       const Vec3 c = nb.center + X_AB.t - na.center;
       return (c.cwiseAbs() - na.half - nb.half).cwiseMax(0.0).norm();
@@ -75,7 +77,7 @@ struct PairFrame {
     Mat3 R;
     Vec3 t;
     Relative(na, nb, &R, &t);
-    return BoxDistanceLowerBound(na.half, nb.half, R, t);
+    return BoxDistanceLowerBound(na.half, nb.half, R, t, target);
   }
 
   // Triangle j of b in a's frame.
@@ -397,7 +399,7 @@ void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, Leaf
     double lb;
   } stack[kPairStack];
   int sp = 0;
-  const double root_lb = f.LowerBound(A[0], B[0]);
+  const double root_lb = f.LowerBound(A[0], B[0], *best);
   if (pruned(root_lb)) return;
   stack[sp++] = {0, 0, root_lb};
   while (sp > 0) {
@@ -411,11 +413,11 @@ void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, Leaf
     }
     Entry c[2];
     if (DescendA(na, nb)) {
-      c[0] = {na.index, e.ib, f.LowerBound(A[na.index], nb)};
-      c[1] = {na.index + 1, e.ib, f.LowerBound(A[na.index + 1], nb)};
+      c[0] = {na.index, e.ib, f.LowerBound(A[na.index], nb, *best)};
+      c[1] = {na.index + 1, e.ib, f.LowerBound(A[na.index + 1], nb, *best)};
     } else {
-      c[0] = {e.ia, nb.index, f.LowerBound(na, B[nb.index])};
-      c[1] = {e.ia, nb.index + 1, f.LowerBound(na, B[nb.index + 1])};
+      c[0] = {e.ia, nb.index, f.LowerBound(na, B[nb.index], *best)};
+      c[1] = {e.ia, nb.index + 1, f.LowerBound(na, B[nb.index + 1], *best)};
     }
     if (c[0].lb < c[1].lb) std::swap(c[0], c[1]);  // push the farther first, pop the nearer
     for (const Entry& x : c) {
@@ -433,6 +435,18 @@ DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b
                         const RigidTransform& X_WB, double upper_bound) {
   const PairFrame f(a, X_WA, b, X_WB);
   DistanceResult r;
+  // Crossing surfaces are at distance 0: the early-exit overlap walk finds a witness far
+  // sooner than a best-first distance walk through the overlapping boxes.
+  if (upper_bound > 0.0) {
+    const IntersectionResult x = FindIntersections(a, X_WA, b, X_WB, 1);
+    if (!x.pairs.empty()) {
+      r.distance = 0.0;
+      r.p_WA = r.p_WB = x.pairs[0].p0_W;
+      r.tri_a = x.pairs[0].tri_a;
+      r.tri_b = x.pairs[0].tri_b;
+      return r;
+    }
+  }
   double best = upper_bound;
   Vec3 pa, pb;
   bool found = false;

@@ -61,9 +61,11 @@ struct Obb {
 
 /// A lower bound on the distance between the closed boxes a and b (0 if they may touch),
 /// with b given relative to a as in BoxesOverlap. It is the larger of the AABB gaps measured
-/// in a's frame and in b's frame; exact when R_ab is the identity.
+/// in a's frame and in b's frame (exact when R_ab is the identity); when that is below
+/// `target`, the nine edge-edge separating axes are tried as well, each gap divided by the
+/// length of its axis.
 [[nodiscard]] double BoxDistanceLowerBound(const Vec3& half_a, const Vec3& half_b, const Mat3& R_ab,
-                                           const Vec3& t_ab);
+                                           const Vec3& t_ab, double target = 0.0);
 
 /// Principal axes of a set of triangles: the eigenvectors of the area-weighted covariance of
 /// the triangles' surfaces (columns, right-handed), and their mean. Falls back to the
