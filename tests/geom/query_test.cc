@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <thread>
 
 #include "testing/brute_force.h"
 #include "testing/random_geometry.h"
@@ -315,6 +316,60 @@ TEST(QueryDegenerate, CoplanarAndSharedEdgeContacts) {
   auto box = MakeBox(Vec3(1, 1, 1)).Part();
   const RigidTransform X{AxisAngle(M_PI / 4, Vec3::UnitY()), Vec3(0, 0, 1 + std::sqrt(2.0))};
   EXPECT_NEAR(Distance(*box, {}, *box, X).distance, 0.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace clash::geom
+
+namespace clash::geom {
+namespace {
+
+// Parts are immutable after creation: queries from several threads on the same parts give
+// the serial answers (run under the sanitizer build too).
+TEST(QueryThreads, SharedPartsGiveSerialAnswers) {
+  auto rng = SeededRng(121);
+  auto a = MakeBlob(rng, 8, 12, 16, 0.25).Part();
+  auto b = MakeBlob(rng, 6, 12, 16, 0.25).Part();
+  std::vector<RigidTransform> poses;
+  for (int i = 0; i < testing::Trials(64, 16); ++i) poses.push_back(RandomPose(rng, 16));
+  struct Answer {
+    bool hit;
+    double distance;
+    std::optional<RayHit> ray;
+  };
+  auto answer = [&](const RigidTransform& X_WB) {
+    const Ray ray{X_WB.t + Vec3(30, 1, 2), Vec3(-1, 0, 0)};
+    return Answer{SurfacesIntersect(*a, {}, *b, X_WB), Distance(*a, {}, *b, X_WB).distance,
+                  CastRay(*b, X_WB, ray)};
+  };
+  std::vector<Answer> serial;
+  for (const auto& X : poses) serial.push_back(answer(X));
+  constexpr int kThreads = 4;
+  std::vector<std::vector<Answer>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kThreads; ++k) {
+    threads.emplace_back([&, k] {
+      for (std::size_t i = 0; i < poses.size(); ++i) {
+        got[k].push_back(answer(poses[(i + k * 7) % poses.size()]));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  int hits = 0;
+  for (int k = 0; k < kThreads; ++k) {
+    for (std::size_t i = 0; i < poses.size(); ++i) {
+      const Answer& want = serial[(i + k * 7) % poses.size()];
+      EXPECT_EQ(got[k][i].hit, want.hit);
+      EXPECT_EQ(got[k][i].distance, want.distance);
+      ASSERT_EQ(got[k][i].ray.has_value(), want.ray.has_value());
+      if (want.ray) {
+        EXPECT_EQ(got[k][i].ray->t, want.ray->t);
+      }
+      hits += want.hit;
+    }
+  }
+  EXPECT_GT(hits, 0);
+  EXPECT_LT(hits, kThreads * static_cast<int>(poses.size()));
 }
 
 }  // namespace

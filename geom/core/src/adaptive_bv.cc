@@ -7,9 +7,20 @@
 namespace clash::geom {
 namespace {
 
-double AngleToNearestAxis(const Vec3& v) {
-  double c = std::min(1.0, v.cwiseAbs().maxCoeff() / v.norm());
-  return std::acos(c);
+// Cosine of the angle between v and its nearest coordinate axis.
+double CosToNearestAxis(const Vec3& v) { return std::min(1.0, v.cwiseAbs().maxCoeff() / v.norm()); }
+
+// The smallest such cosine over the determined principal axes (1 when none is determined).
+double MinAlignmentCosine(const PrincipalFrame& f, double tie_relative) {
+  const Vec3& l = f.eigenvalues;
+  if (!(l(0) > 0)) return 1.0;  // no spread at all: any axes fit
+  const double tie = tie_relative * l(0);
+  const bool tie01 = l(0) - l(1) <= tie, tie12 = l(1) - l(2) <= tie;
+  if (tie01 && tie12) return 1.0;  // isotropic: the coordinate axes are principal axes too
+  if (tie01) return CosToNearestAxis(f.axes.col(2));
+  if (tie12) return CosToNearestAxis(f.axes.col(0));
+  return std::min({CosToNearestAxis(f.axes.col(0)), CosToNearestAxis(f.axes.col(1)),
+                   CosToNearestAxis(f.axes.col(2))});
 }
 
 // Volume with a floor on each extent (kVolumePadRelative of the box's size), so flat boxes
@@ -58,15 +69,7 @@ PrincipalFrame PrincipalAxes(const Vec3& mean, const Mat3& covariance) {
 }
 
 double MisalignmentAngle(const PrincipalFrame& f, double tie_relative) {
-  const Vec3& l = f.eigenvalues;
-  if (!(l(0) > 0)) return 0.0;  // no spread at all: any axes fit
-  const double tie = tie_relative * l(0);
-  const bool tie01 = l(0) - l(1) <= tie, tie12 = l(1) - l(2) <= tie;
-  if (tie01 && tie12) return 0.0;  // isotropic: the coordinate axes are principal axes too
-  if (tie01) return AngleToNearestAxis(f.axes.col(2));
-  if (tie12) return AngleToNearestAxis(f.axes.col(0));
-  return std::max({AngleToNearestAxis(f.axes.col(0)), AngleToNearestAxis(f.axes.col(1)),
-                   AngleToNearestAxis(f.axes.col(2))});
+  return std::acos(MinAlignmentCosine(f, tie_relative));
 }
 
 double PredictedAabbGrowth(const PrincipalFrame& frame, double pad_relative) {
@@ -87,7 +90,8 @@ bool TakesAabb(const PrincipalFrame& frame, const AdaptiveBvOptions& options) {
     case BvMode::kAdaptive:
       break;
   }
-  return MisalignmentAngle(frame, options.eigen_tie_relative) <= options.eps_rad &&
+  // angle <= eps, compared as cosines (no acos on the build's hot path).
+  return MinAlignmentCosine(frame, options.eigen_tie_relative) >= std::cos(options.eps_rad) &&
          PredictedAabbGrowth(frame, kVolumePadRelative) * options.obb_volume_ratio <= 1.0;
 }
 

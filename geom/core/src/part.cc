@@ -1,7 +1,6 @@
 #include "clash/geom/part.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 
 namespace clash::geom {
@@ -67,7 +66,9 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
     chosen.box = Obb::FromAabb(tn.box);
     chosen.aabb_volume = tn.box.Volume();
     if (moments[k].area > 0) {
-      const PrincipalFrame frame = PrincipalAxes(moments[k].Mean() + ref, moments[k].Covariance());
+      PrincipalFrame frame = PrincipalAxes(moments[k].Mean() + ref, moments[k].Covariance());
+      // OBB axes are stored in single precision: choose and fit on the rounded axes.
+      frame.axes = frame.axes.cast<float>().cast<double>();
       if (!TakesAabb(frame, options.bv)) {
         scratch.clear();
         for (uint32_t s = range_begin[k]; s < range_end[k]; ++s) {
@@ -76,18 +77,10 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
         chosen = ChooseBox(scratch, frame, tn.box, options.bv);
       }
     }
-    Eigen::Matrix3f axes_f;
     if (chosen.is_obb) {
-      // Axes are stored in single precision: refit the extents to the rounded axes exactly as
-      // stored, and grow them to cover the rounded axes' ~1e-7 departure from orthonormality
-      // (the box tests assume orthonormal axes).
-      axes_f = chosen.box.axes.cast<float>();
-      const double volume = chosen.box.Volume();
-      chosen.box = FitObbOnAxes(scratch, axes_f.cast<double>());
+      // The rounded axes depart from orthonormality by ~1e-7, which the box tests assume:
+      // grow the extents to cover it.
       chosen.box.half.array() += 4e-6 * chosen.box.half.sum();
-      // Rounding can only cost a little volume; it must not undo the choice.
-      assert(chosen.box.Volume() <= 1.01 * volume + 1e-300);
-      (void)volume;
     }
     BvhNode& out = part->nodes_[k];
     out.center = chosen.box.center;
@@ -95,7 +88,7 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
     out.index = tn.index;
     out.meta = tn.IsLeaf() ? tn.count : 0u;
     if (chosen.is_obb) {
-      part->rotations_.push_back(axes_f);
+      part->rotations_.push_back(chosen.box.axes.cast<float>());
       out.meta |= static_cast<uint32_t>(part->rotations_.size()) << 8;
       ++st.obb_nodes;
     } else {

@@ -149,21 +149,37 @@ struct LeafTriangles {
 
 }  // namespace
 
+namespace {
+
+// Calls hit(ia, jb, x) for each crossing triangle pair of two leaves, testing the triangles'
+// boxes first; hit returns true to stop. Returns true when stopped.
+template <typename HitFn>
+bool ForCrossingTriangles(const PairFrame& f, const BvhNode& na, const BvhNode& nb, HitFn&& hit) {
+  const LeafTriangles lb(f, nb);
+  for (uint32_t i = 0; i < na.Count(); ++i) {
+    const uint32_t ia = f.a.prims()[na.index + i];
+    const Triangle ta = f.a.mesh().triangle(ia);
+    const Aabb box_a = LeafTriangles::TriangleBounds(ta);
+    for (uint32_t j = 0; j < lb.n; ++j) {
+      if (!box_a.Overlaps(lb.box[j])) continue;
+      const TriangleIntersection x = IntersectTriangles(ta, lb.tri[j]);
+      if (x.intersects && hit(ia, lb.id[j], x)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 bool SurfacesIntersect(const Part& a, const RigidTransform& X_WA, const Part& b,
                        const RigidTransform& X_WB) {
   const PairFrame f(a, X_WA, b, X_WB);
   bool hit = false;
   ForOverlappingLeaves(f, [&](const BvhNode& na, const BvhNode& nb) {
-    for (uint32_t j = 0; j < nb.Count(); ++j) {
-      const Triangle tb = f.TriangleB(b.prims()[nb.index + j]);
-      for (uint32_t i = 0; i < na.Count(); ++i) {
-        if (TrianglesIntersect(a.mesh().triangle(a.prims()[na.index + i]), tb)) {
-          hit = true;
-          return true;
-        }
-      }
-    }
-    return false;
+    return ForCrossingTriangles(f, na, nb, [&](uint32_t, uint32_t, const TriangleIntersection&) {
+      hit = true;
+      return true;
+    });
   });
   return hit;
 }
@@ -177,21 +193,15 @@ IntersectionResult FindIntersections(const Part& a, const RigidTransform& X_WA, 
     return r;
   }
   ForOverlappingLeaves(f, [&](const BvhNode& na, const BvhNode& nb) {
-    for (uint32_t j = 0; j < nb.Count(); ++j) {
-      const uint32_t jb = b.prims()[nb.index + j];
-      const Triangle tb = f.TriangleB(jb);
-      for (uint32_t i = 0; i < na.Count(); ++i) {
-        const uint32_t ia = a.prims()[na.index + i];
-        const TriangleIntersection x = IntersectTriangles(a.mesh().triangle(ia), tb);
-        if (!x.intersects) continue;
-        if (r.pairs.size() == max_pairs) {
-          r.truncated = true;
-          return true;
-        }
-        r.pairs.push_back({ia, jb, X_WA * x.p0, X_WA * x.p1});
-      }
-    }
-    return false;
+    return ForCrossingTriangles(f, na, nb,
+                                [&](uint32_t ia, uint32_t jb, const TriangleIntersection& x) {
+                                  if (r.pairs.size() == max_pairs) {
+                                    r.truncated = true;
+                                    return true;
+                                  }
+                                  r.pairs.push_back({ia, jb, X_WA * x.p0, X_WA * x.p1});
+                                  return false;
+                                });
   });
   std::sort(r.pairs.begin(), r.pairs.end(), [](const TrianglePairHit& x, const TrianglePairHit& y) {
     return x.tri_a != y.tri_a ? x.tri_a < y.tri_a : x.tri_b < y.tri_b;
