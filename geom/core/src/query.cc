@@ -9,9 +9,10 @@
 namespace clash::geom {
 namespace {
 
-// Hierarchies are at most 60 levels deep (Part::Create clamps the builder), so a pair walk
-// that descends one side at a time never holds more than 2 * 60 + 1 pairs.
-constexpr int kPairStack = 128;
+// Hierarchies are at most 60 levels deep (Part::Create clamps the builder). A walk step pops
+// one pair and pushes at most two (overlap walk: one side opened) or four (distance walk: both
+// sides opened, one level down each), so stacks never exceed 2 * 60 + 1 and 3 * 60 + 1 pairs.
+constexpr int kPairStack = 192;
 constexpr int kNodeStack = 64;
 // Added to |R| in the separating-axis test so that near-parallel edge pairs, whose cross
 // product is nearly zero, cannot produce a false separation from rounding.
@@ -421,19 +422,30 @@ void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, Leaf
       if (leaf(na, nb)) return;
       continue;
     }
-    Entry c[2];
-    if (DescendA(na, nb)) {
-      c[0] = {na.index, e.ib, f.LowerBound(A[na.index], nb, *best)};
-      c[1] = {na.index + 1, e.ib, f.LowerBound(A[na.index + 1], nb, *best)};
+    // Open both sides when neither is a leaf (fewer intermediate pairs to bound), else the
+    // inner one; push the farther pairs first so the nearest is popped next.
+    Entry c[4];
+    int n = 0;
+    if (!na.IsLeaf() && !nb.IsLeaf()) {
+      for (uint32_t ca = na.index; ca <= na.index + 1; ++ca) {
+        for (uint32_t cb = nb.index; cb <= nb.index + 1; ++cb) {
+          c[n++] = {ca, cb, f.LowerBound(A[ca], B[cb], *best)};
+        }
+      }
+    } else if (nb.IsLeaf()) {
+      c[n++] = {na.index, e.ib, f.LowerBound(A[na.index], nb, *best)};
+      c[n++] = {na.index + 1, e.ib, f.LowerBound(A[na.index + 1], nb, *best)};
     } else {
-      c[0] = {e.ia, nb.index, f.LowerBound(na, B[nb.index], *best)};
-      c[1] = {e.ia, nb.index + 1, f.LowerBound(na, B[nb.index + 1], *best)};
+      c[n++] = {e.ia, nb.index, f.LowerBound(na, B[nb.index], *best)};
+      c[n++] = {e.ia, nb.index + 1, f.LowerBound(na, B[nb.index + 1], *best)};
     }
-    if (c[0].lb < c[1].lb) std::swap(c[0], c[1]);  // push the farther first, pop the nearer
-    for (const Entry& x : c) {
-      if (!pruned(x.lb)) {
+    for (int k = 1; k < n; ++k) {  // insertion sort, farthest first (at most 4 entries)
+      for (int m = k; m > 0 && c[m - 1].lb < c[m].lb; --m) std::swap(c[m - 1], c[m]);
+    }
+    for (int k = 0; k < n; ++k) {
+      if (!pruned(c[k].lb)) {
         assert(sp < kPairStack);
-        stack[sp++] = x;
+        stack[sp++] = c[k];
       }
     }
   }
