@@ -1,0 +1,55 @@
+// Reading an untrusted STEP or IGES file in a separate worker process (RELIABILITY.md, req. 1-3).
+//
+// OCCT can crash, loop forever or exhaust memory on malformed files, so ImportIsolated never runs
+// it in the calling process: it starts clash-cad-worker under address-space, CPU and wall-clock
+// limits, in its own process group and private temp folder, and reads back its result file as
+// untrusted input. Calls from several threads run in several worker processes at once.
+#ifndef CLASH_CAD_ISOLATED_IMPORT_H_
+#define CLASH_CAD_ISOLATED_IMPORT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "clash/cad/tessellate.h"
+
+namespace clash::cad {
+
+/// Name of the environment variable that can name the worker executable.
+inline constexpr char kWorkerPathEnv[] = "CLASH_CAD_WORKER";
+
+/// Resource limits for one isolated import.
+struct IsolationLimits {
+  /// Worker executable; empty: $CLASH_CAD_WORKER, else clash-cad-worker next to the running
+  /// executable.
+  std::string worker_path;
+  /// Wall-clock limit in seconds; the worker's process group is killed when it is reached.
+  double wall_seconds = 120;
+  /// CPU-time limit of the worker in seconds (RLIMIT_CPU, rounded up to whole seconds).
+  double cpu_seconds = 120;
+  /// Address-space limit of the worker (RLIMIT_AS); not applied in AddressSanitizer builds.
+  std::size_t address_space_bytes = std::size_t{4} << 30;
+  /// Largest accepted result file (RLIMIT_FSIZE of the worker and the parser's limit).
+  std::size_t max_output_bytes = std::size_t{2} << 30;
+};
+
+/// Returns the worker executable that `limits` selects (see IsolationLimits::worker_path).
+[[nodiscard]] std::string ResolveWorkerPath(const IsolationLimits& limits);
+
+/// Reads and tessellates the file at `path` like ReadAndTessellate, but in a worker process.
+/// Errors: the worker's own (NOT_FOUND, INVALID_ARGUMENT naming the phase, RESOURCE_EXHAUSTED);
+/// INVALID_ARGUMENT "import worker crashed (signal N) reading <file>" when a signal killed it;
+/// DEADLINE_EXCEEDED past the wall-clock or CPU limit; RESOURCE_EXHAUSTED past the memory or
+/// output limit; CANCELLED once `*cancel` becomes true (the worker is killed within ~10 ms);
+/// FAILED_PRECONDITION when the worker cannot be started; INTERNAL "malformed worker output" for
+/// a result file that breaks the format, or when the temp folder cannot be created.
+/// No worker process or temp file outlives the call.
+[[nodiscard]] absl::StatusOr<MeshBuffers> ImportIsolated(const std::string& path,
+                                                         const TessellationOptions& options,
+                                                         const IsolationLimits& limits,
+                                                         const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace clash::cad
+
+#endif  // CLASH_CAD_ISOLATED_IMPORT_H_

@@ -1,0 +1,276 @@
+// Writer and parser of the worker result file; see worker_format.h for the layout.
+#include "worker_format.h"
+
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace clash::cad::internal {
+namespace {
+
+constexpr uint32_t kKindMesh = 0;
+constexpr uint32_t kKindError = 1;
+// magic + version + kind
+constexpr std::size_t kPreambleBytes = 8 + 4 + 4;
+// 7 x i32 + f64 + 2 x u64
+constexpr std::size_t kMeshHeaderBytes = 7 * 4 + 8 + 8 + 8;
+constexpr std::size_t kBytesPerVertex = 3 * 8;
+constexpr std::size_t kBytesPerTriangle = 3 * 4 + 4;
+// Flush the file writer's buffer when it reaches this size.
+constexpr std::size_t kChunkBytes = 1 << 20;
+
+// Appends little-endian values to a buffer; flushes the buffer to `file` when one is given.
+class ByteWriter {
+ public:
+  explicit ByteWriter(std::FILE* file) : file_(file) {}
+
+  void U32(uint32_t value) { Le(value, 4); }
+  void I32(int32_t value) { Le(static_cast<uint32_t>(value), 4); }
+  void U64(uint64_t value) { Le(value, 8); }
+  void F64(double value) { Le(std::bit_cast<uint64_t>(value), 8); }
+  void Bytes(std::string_view bytes) {
+    buffer_.append(bytes);
+    MaybeFlush();
+  }
+
+  // Writes out the buffer (file mode); false on a write error.
+  bool Flush() {
+    if (file_ == nullptr || buffer_.empty()) return ok_;
+    if (ok_ && std::fwrite(buffer_.data(), 1, buffer_.size(), file_) != buffer_.size()) ok_ = false;
+    buffer_.clear();
+    return ok_;
+  }
+
+  std::string& buffer() { return buffer_; }
+
+ private:
+  void Le(uint64_t value, int bytes) {
+    char out[8];
+    for (int i = 0; i < bytes; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+    buffer_.append(out, static_cast<std::size_t>(bytes));
+    MaybeFlush();
+  }
+  void MaybeFlush() {
+    if (file_ != nullptr && buffer_.size() >= kChunkBytes) Flush();
+  }
+
+  std::FILE* file_;
+  std::string buffer_;
+  bool ok_ = true;
+};
+
+void Encode(const absl::StatusOr<MeshBuffers>& result, ByteWriter& out) {
+  out.Bytes(kWorkerOutputMagic);
+  out.U32(kWorkerOutputVersion);
+  if (!result.ok()) {
+    const absl::string_view full = result.status().message();
+    const std::string_view message =
+        std::string_view(full.data(), full.size()).substr(0, kMaxWorkerMessageBytes);
+    out.U32(kKindError);
+    out.U32(static_cast<uint32_t>(result.status().code()));
+    out.U32(static_cast<uint32_t>(message.size()));
+    out.Bytes(message);
+    return;
+  }
+  const MeshBuffers& mesh = *result;
+  out.U32(kKindMesh);
+  out.I32(mesh.faces_total);
+  out.I32(mesh.faces_meshed);
+  out.I32(mesh.faces_reversed);
+  out.I32(mesh.roots_total);
+  out.I32(mesh.roots_transferred);
+  out.I32(mesh.load_failures);
+  out.I32(mesh.load_warnings);
+  out.F64(mesh.deflection_mm);
+  out.U64(mesh.xyz.size() / 3);
+  out.U64(mesh.triangles.size() / 3);
+  for (double v : mesh.xyz) out.F64(v);
+  for (uint32_t i : mesh.triangles) out.U32(i);
+  for (uint32_t f : mesh.face_ids) out.U32(f);
+}
+
+// Reads little-endian values from an untrusted buffer; every read is bounds-checked.
+class ByteReader {
+ public:
+  explicit ByteReader(std::string_view bytes) : bytes_(bytes) {}
+
+  std::size_t remaining() const { return bytes_.size() - pos_; }
+
+  bool U32(uint32_t* value) {
+    uint64_t v = 0;
+    if (!Le(4, &v)) return false;
+    *value = static_cast<uint32_t>(v);
+    return true;
+  }
+  bool I32(int32_t* value) {
+    uint32_t v = 0;
+    if (!U32(&v)) return false;
+    *value = static_cast<int32_t>(v);
+    return true;
+  }
+  bool U64(uint64_t* value) { return Le(8, value); }
+  bool F64(double* value) {
+    uint64_t v = 0;
+    if (!Le(8, &v)) return false;
+    *value = std::bit_cast<double>(v);
+    return true;
+  }
+  bool Bytes(std::size_t n, std::string_view* out) {
+    if (remaining() < n) return false;
+    *out = bytes_.substr(pos_, n);
+    pos_ += n;
+    return true;
+  }
+
+ private:
+  bool Le(int n, uint64_t* value) {
+    if (remaining() < static_cast<std::size_t>(n)) return false;
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) {
+      v |= static_cast<uint64_t>(static_cast<unsigned char>(bytes_[pos_ + i])) << (8 * i);
+    }
+    pos_ += static_cast<std::size_t>(n);
+    *value = v;
+    return true;
+  }
+
+  std::string_view bytes_;
+  std::size_t pos_ = 0;
+};
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::InternalError(absl::StrCat("malformed worker output: ", what));
+}
+
+absl::StatusOr<MeshBuffers> ParseError(ByteReader& in) {
+  uint32_t code = 0;
+  uint32_t length = 0;
+  if (!in.U32(&code) || !in.U32(&length)) return Malformed("truncated error record");
+  if (code == 0 || code == static_cast<uint32_t>(absl::StatusCode::kUnknown) || code > 16) {
+    return Malformed(absl::StrCat("invalid status code ", code, " in error record"));
+  }
+  if (length > kMaxWorkerMessageBytes) {
+    return Malformed(absl::StrCat("error message of ", length, " bytes"));
+  }
+  if (in.remaining() != length) return Malformed("error record size does not match the file");
+  std::string_view message;
+  if (!in.Bytes(length, &message)) return Malformed("truncated error message");
+  return absl::Status(static_cast<absl::StatusCode>(code),
+                      absl::string_view(message.data(), message.size()));
+}
+
+absl::StatusOr<MeshBuffers> ParseMesh(ByteReader& in) {
+  MeshBuffers mesh;
+  uint64_t vertex_count = 0;
+  uint64_t triangle_count = 0;
+  if (!in.I32(&mesh.faces_total) || !in.I32(&mesh.faces_meshed) || !in.I32(&mesh.faces_reversed) ||
+      !in.I32(&mesh.roots_total) || !in.I32(&mesh.roots_transferred) ||
+      !in.I32(&mesh.load_failures) || !in.I32(&mesh.load_warnings) ||
+      !in.F64(&mesh.deflection_mm) || !in.U64(&vertex_count) || !in.U64(&triangle_count)) {
+    return Malformed("truncated mesh header");
+  }
+  if (mesh.faces_total < 0 || mesh.faces_meshed < 0 || mesh.faces_meshed > mesh.faces_total ||
+      mesh.faces_reversed < 0 || mesh.faces_reversed > mesh.faces_total) {
+    return Malformed(absl::StrCat("inconsistent face counts (total ", mesh.faces_total, ", meshed ",
+                                  mesh.faces_meshed, ", reversed ", mesh.faces_reversed, ")"));
+  }
+  if (mesh.roots_total < 0 || mesh.roots_transferred < 0 ||
+      mesh.roots_transferred > mesh.roots_total || mesh.load_failures < 0 ||
+      mesh.load_warnings < 0) {
+    return Malformed("inconsistent root or load counts");
+  }
+  if (!std::isfinite(mesh.deflection_mm) || mesh.deflection_mm < 0) {
+    return Malformed("deflection is not a finite value >= 0");
+  }
+  // Divide before multiplying so that a huge count cannot overflow the size check.
+  const std::size_t left = in.remaining();
+  if (vertex_count > left / kBytesPerVertex || triangle_count > left / kBytesPerTriangle ||
+      vertex_count * kBytesPerVertex + triangle_count * kBytesPerTriangle != left) {
+    return Malformed(absl::StrCat(vertex_count, " vertices and ", triangle_count,
+                                  " triangles do not match the ", left, " bytes left"));
+  }
+  if (vertex_count > std::numeric_limits<uint32_t>::max()) {
+    return Malformed("more vertices than 32-bit indices can address");
+  }
+  if (triangle_count > 0 && mesh.faces_meshed == 0) {
+    return Malformed("triangles but no meshed face");
+  }
+  mesh.xyz.resize(3 * vertex_count);
+  for (double& v : mesh.xyz) {
+    if (!in.F64(&v)) return Malformed("truncated coordinates");
+    if (!std::isfinite(v) || std::fabs(v) > kMaxAbsCoordinateMm) {
+      return Malformed("coordinate not finite or out of range");
+    }
+  }
+  mesh.triangles.resize(3 * triangle_count);
+  for (uint32_t& i : mesh.triangles) {
+    if (!in.U32(&i)) return Malformed("truncated triangles");
+    if (i >= vertex_count) return Malformed(absl::StrCat("vertex index ", i, " out of range"));
+  }
+  mesh.face_ids.resize(triangle_count);
+  for (uint32_t& f : mesh.face_ids) {
+    if (!in.U32(&f)) return Malformed("truncated face ids");
+    if (f >= static_cast<uint32_t>(mesh.faces_total)) {
+      return Malformed(absl::StrCat("face id ", f, " out of range"));
+    }
+  }
+  if (in.remaining() != 0) return Malformed("trailing bytes");
+  return mesh;
+}
+
+}  // namespace
+
+std::size_t EncodedMeshSize(const MeshBuffers& mesh) {
+  return kPreambleBytes + kMeshHeaderBytes + (mesh.xyz.size() / 3) * kBytesPerVertex +
+         (mesh.triangles.size() / 3) * kBytesPerTriangle;
+}
+
+std::string EncodeWorkerOutput(const absl::StatusOr<MeshBuffers>& result) {
+  ByteWriter out(nullptr);
+  Encode(result, out);
+  return std::move(out.buffer());
+}
+
+absl::Status WriteWorkerOutput(const std::string& path, const absl::StatusOr<MeshBuffers>& result) {
+  struct Closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, Closer> file(std::fopen(path.c_str(), "wb"));
+  if (file == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot create worker output ", path, ": ", std::strerror(errno)));
+  }
+  ByteWriter out(file.get());
+  Encode(result, out);
+  bool ok = out.Flush();
+  ok = std::fflush(file.get()) == 0 && ok;
+  ok = std::fclose(file.release()) == 0 && ok;
+  if (!ok) return absl::InternalError(absl::StrCat("cannot write worker output ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MeshBuffers> ParseWorkerOutput(std::string_view bytes, std::size_t max_bytes) {
+  if (bytes.size() > max_bytes) {
+    return Malformed(absl::StrCat(bytes.size(), " bytes exceed the limit of ", max_bytes));
+  }
+  ByteReader in(bytes);
+  std::string_view magic;
+  if (!in.Bytes(kWorkerOutputMagic.size(), &magic) || magic != kWorkerOutputMagic) {
+    return Malformed("bad magic");
+  }
+  uint32_t version = 0;
+  uint32_t kind = 0;
+  if (!in.U32(&version) || !in.U32(&kind)) return Malformed("truncated preamble");
+  if (version != kWorkerOutputVersion) return Malformed(absl::StrCat("version ", version));
+  if (kind == kKindError) return ParseError(in);
+  if (kind == kKindMesh) return ParseMesh(in);
+  return Malformed(absl::StrCat("unknown record kind ", kind));
+}
+
+}  // namespace clash::cad::internal
