@@ -16,6 +16,8 @@ PACKAGES=(
   # CAD import (OCCT 7.6) and sample files
   libocct-foundation-dev libocct-modeling-data-dev libocct-modeling-algorithms-dev
   libocct-data-exchange-dev libocct-ocaf-dev occt-misc
+  # SHA-256 for the import cache
+  libssl-dev
   # service
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 )

@@ -1,0 +1,74 @@
+// A content-addressed cache of tessellated imports on disk, so that importing the same file
+// with the same options again neither starts a worker nor runs OCCT.
+#pragma once
+
+#include <atomic>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "clash/cad/isolated_import.h"
+#include "clash/cad/tessellate.h"
+
+namespace clash::cad {
+
+/// Version of the cached entry format and of the import pipeline. It is part of every key:
+/// bump it when tessellation output changes, and old entries are simply never hit again.
+inline constexpr int kImportCacheVersion = 1;
+
+/// SHA-256 of `bytes`, as 64 lowercase hex digits.
+[[nodiscard]] std::string Sha256Hex(std::string_view bytes);
+
+/// SHA-256 of a file's bytes (read in chunks), as 64 lowercase hex digits. NOT_FOUND for a
+/// missing file, INVALID_ARGUMENT for one that cannot be read.
+[[nodiscard]] absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
+
+/// The cache key of an import: SHA-256 over the file's SHA-256, every option that changes the
+/// tessellation (doubles by their exact bit patterns; `parallel` does not change the result and
+/// is left out) and kImportCacheVersion.
+[[nodiscard]] std::string ImportCacheKey(std::string_view file_sha256_hex,
+                                         const TessellationOptions& options);
+
+/// One folder of entries, one file per key. Entries are written atomically (temporary file,
+/// fsync, rename, fsync of the folder) and carry a SHA-256 of their content, checked on every
+/// load; a damaged entry is removed and counts as a miss. Safe for concurrent use by threads and
+/// processes: a reader sees either a whole entry or none.
+class ImportCache {
+ public:
+  /// Opens (creating if needed) the cache folder. INVALID_ARGUMENT when it cannot be used.
+  [[nodiscard]] static absl::StatusOr<ImportCache> Open(std::string dir);
+
+  /// The entry for `key`, or nullopt on a miss or a damaged entry (which is removed).
+  /// INVALID_ARGUMENT for a key that is not 64 hex digits.
+  [[nodiscard]] absl::StatusOr<std::optional<MeshBuffers>> Load(std::string_view key) const;
+
+  /// Stores `mesh` under `key`, atomically. INTERNAL when the folder cannot be written.
+  [[nodiscard]] absl::Status Store(std::string_view key, const MeshBuffers& mesh) const;
+
+  /// The folder.
+  [[nodiscard]] const std::string& dir() const { return dir_; }
+
+ private:
+  explicit ImportCache(std::string dir) : dir_(std::move(dir)) {}
+  [[nodiscard]] std::string EntryPath(std::string_view key) const;
+
+  std::string dir_;
+};
+
+/// What ImportWithCache did.
+struct CachedImport {
+  MeshBuffers mesh;         ///< The tessellated file.
+  std::string key;          ///< Its cache key.
+  bool from_cache = false;  ///< Loaded from the cache (no worker ran).
+  bool stored = false;      ///< A fresh import was written to the cache.
+};
+
+/// Imports through the cache: a hit loads the entry; a miss (or a damaged entry) runs
+/// ImportIsolated and stores its result. A failed store does not fail the import (`stored`
+/// says whether it happened); import errors are returned as ImportIsolated gives them.
+[[nodiscard]] absl::StatusOr<CachedImport> ImportWithCache(
+    const std::string& path, const TessellationOptions& options, const IsolationLimits& limits,
+    const ImportCache& cache, const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace clash::cad

@@ -1,0 +1,172 @@
+#include "clash/cad/import_cache.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "testing/status_matchers.h"
+
+namespace clash::cad {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::IsOk;
+using testing::StatusIs;
+
+// OCCT leaks its one-time registrations; only leaks inside libTK* are ignored.
+extern "C" const char* __lsan_default_suppressions() { return "leak:/libTK\n"; }
+
+class ImportCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("clash_cache_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    sample_ = CLASH_OCCT_SAMPLE_STEP;
+    if (!fs::exists(sample_)) GTEST_SKIP() << sample_ << " is missing (Debian package occt-misc)";
+    limits_.worker_path = CLASH_CAD_WORKER_PATH;
+    limits_.wall_seconds = 60;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Files in the cache folder (entries and anything left behind).
+  std::vector<fs::path> Files() const {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path());
+    return out;
+  }
+
+  fs::path dir_;
+  std::string sample_;
+  IsolationLimits limits_;
+};
+
+TEST(Sha256, KnownVectors) {
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_THAT(Sha256OfFile("/nonexistent/file.step"),
+              StatusIs(absl::StatusCode::kNotFound, "no such"));
+}
+
+TEST(ImportCacheKeys, DependOnContentAndOptions) {
+  const std::string h = Sha256Hex("file");
+  TessellationOptions o;
+  EXPECT_EQ(ImportCacheKey(h, o), ImportCacheKey(h, o));
+  EXPECT_EQ(ImportCacheKey(h, o).size(), 64u);
+  TessellationOptions parallel = o;
+  parallel.parallel = !o.parallel;  // does not change the mesh
+  EXPECT_EQ(ImportCacheKey(h, o), ImportCacheKey(h, parallel));
+  TessellationOptions finer = o;
+  finer.relative_deflection *= 0.5;
+  EXPECT_NE(ImportCacheKey(h, o), ImportCacheKey(h, finer));
+  TessellationOptions angle = o;
+  angle.angular_deflection_rad = std::nextafter(o.angular_deflection_rad, 1.0);
+  EXPECT_NE(ImportCacheKey(h, o), ImportCacheKey(h, angle));
+  EXPECT_NE(ImportCacheKey(h, o), ImportCacheKey(Sha256Hex("other file"), o));
+}
+
+TEST_F(ImportCacheTest, SecondImportComesFromTheCacheWithoutAWorker) {
+  auto cache = ImportCache::Open(dir_.string());
+  ASSERT_THAT(cache, IsOk());
+  auto first = ImportWithCache(sample_, {}, limits_, *cache);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_FALSE(first->from_cache);
+  EXPECT_TRUE(first->stored);
+  EXPECT_GT(first->mesh.triangles.size(), 300u);
+  ASSERT_EQ(Files().size(), 1u);  // one entry, no temporary file left
+  EXPECT_EQ(Files()[0].filename().string(), first->key + ".clshmesh");
+
+  // With no worker to run, only a cache hit can succeed.
+  IsolationLimits no_worker = limits_;
+  no_worker.worker_path = "/nonexistent/clash-cad-worker";
+  EXPECT_THAT(ImportIsolated(sample_, {}, no_worker),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "cannot be started"));
+  auto second = ImportWithCache(sample_, {}, no_worker, *cache);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_TRUE(second->from_cache);
+  EXPECT_EQ(second->key, first->key);
+  EXPECT_EQ(second->mesh.xyz, first->mesh.xyz);
+  EXPECT_EQ(second->mesh.triangles, first->mesh.triangles);
+  EXPECT_EQ(second->mesh.face_ids, first->mesh.face_ids);
+  EXPECT_EQ(second->mesh.faces_total, first->mesh.faces_total);
+  EXPECT_EQ(second->mesh.deflection_mm, first->mesh.deflection_mm);
+
+  // Other options are another entry.
+  TessellationOptions finer;
+  finer.relative_deflection = 0.0005;
+  auto third = ImportWithCache(sample_, finer, limits_, *cache);
+  ASSERT_THAT(third, IsOk());
+  EXPECT_FALSE(third->from_cache);
+  EXPECT_GT(third->mesh.triangles.size(), first->mesh.triangles.size());
+  EXPECT_EQ(Files().size(), 2u);
+}
+
+TEST_F(ImportCacheTest, DamagedEntriesAreDetectedAndRebuilt) {
+  auto cache = ImportCache::Open(dir_.string());
+  ASSERT_THAT(cache, IsOk());
+  auto first = ImportWithCache(sample_, {}, limits_, *cache);
+  ASSERT_THAT(first, IsOk());
+  const fs::path entry = dir_ / (first->key + ".clshmesh");
+  const auto size = fs::file_size(entry);
+  for (const char* damage : {"flip", "truncate", "empty"}) {
+    SCOPED_TRACE(damage);
+    {
+      std::fstream f(entry, std::ios::in | std::ios::out | std::ios::binary);
+      if (std::string(damage) == "flip") {
+        f.seekg(static_cast<std::streamoff>(size / 2));
+        char c = 0;
+        f.read(&c, 1);
+        f.seekp(static_cast<std::streamoff>(size / 2));
+        c = static_cast<char>(c ^ 0x10);
+        f.write(&c, 1);
+      }
+    }
+    if (std::string(damage) == "truncate") fs::resize_file(entry, size - 7);
+    if (std::string(damage) == "empty") fs::resize_file(entry, 0);
+    auto loaded = cache->Load(first->key);
+    ASSERT_THAT(loaded, IsOk());
+    EXPECT_FALSE(loaded->has_value());
+    EXPECT_FALSE(fs::exists(entry));  // the damaged entry was dropped
+    auto again = ImportWithCache(sample_, {}, limits_, *cache);
+    ASSERT_THAT(again, IsOk());
+    EXPECT_FALSE(again->from_cache);  // rebuilt by a worker
+    EXPECT_EQ(again->mesh.triangles, first->mesh.triangles);
+    EXPECT_EQ(fs::file_size(entry), size);
+    auto hit = cache->Load(first->key);
+    ASSERT_THAT(hit, IsOk());
+    EXPECT_TRUE(hit->has_value());
+  }
+}
+
+TEST_F(ImportCacheTest, BadKeysFoldersAndFilesGiveClearErrors) {
+  auto cache = ImportCache::Open(dir_.string());
+  ASSERT_THAT(cache, IsOk());
+  EXPECT_THAT(cache->Load("../../etc/passwd"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "64 hex"));
+  EXPECT_THAT(cache->Store(std::string(64, 'G'), MeshBuffers{}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "64 hex"));
+  auto miss = cache->Load(std::string(64, 'a'));
+  ASSERT_THAT(miss, IsOk());
+  EXPECT_FALSE(miss->has_value());
+  const fs::path file = dir_ / "not-a-folder";
+  std::ofstream(file) << "x";
+  EXPECT_THAT(ImportCache::Open(file.string()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "cannot be used"));
+  EXPECT_THAT(ImportWithCache((dir_ / "missing.step").string(), {}, limits_, *cache),
+              StatusIs(absl::StatusCode::kNotFound, "no such file"));
+  // A bad file is not cached: the error comes back each time, nothing is stored.
+  const fs::path junk = dir_ / "junk.step";
+  std::ofstream(junk) << "ISO-10303-21;\nthis is not a STEP file\n";
+  EXPECT_THAT(ImportWithCache(junk.string(), {}, limits_, *cache),
+              StatusIs(absl::StatusCode::kInvalidArgument, ""));
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) entries += e.path().extension() == ".clshmesh";
+  EXPECT_EQ(entries, 0);
+}
+
+}  // namespace
+}  // namespace clash::cad
