@@ -1,6 +1,7 @@
-// STEP/IGES reading and B-rep tessellation with OCCT 7.6; the only place OCCT is called from.
+// STEP/IGES reading and B-rep tessellation of a whole file as one mesh, with OCCT 7.6. The shared
+// helpers (mutex, parameter guard, meshing, exception mapping) live in occt_common.cc.
 //
-// Pitfalls handled here (STYLE.md section 7, items 11 and 12):
+// Pitfalls handled (STYLE.md section 7, items 11 and 12):
 // - One process-wide mutex serialises all OCCT work: Interface_Static and the reader sessions are
 //   global state, and concurrent readers crash.
 // - "xstep.cascade.unit" (the unit OCCT converts lengths into) is set to MM through an RAII guard
@@ -11,182 +12,24 @@
 //   0-based, and TopAbs_REVERSED faces get their winding flipped.
 // - OCCT's messenger printers are detached while OCCT runs: a library never prints.
 // - Standard_Failure and std::exception are turned into absl::Status here; nothing escapes.
-#include <BRepBndLib.hxx>
-#include <BRepBuilderAPI_MakeSolid.hxx>
-#include <BRepBuilderAPI_Sewing.hxx>
-#include <BRepLib.hxx>
-#include <BRepMesh_IncrementalMesh.hxx>
-#include <BRep_Builder.hxx>
-#include <BRep_Tool.hxx>
-#include <Bnd_Box.hxx>
 #include <IFSelect_ReturnStatus.hxx>
 #include <IGESControl_Reader.hxx>
-#include <IMeshTools_Parameters.hxx>
-#include <Interface_Check.hxx>
-#include <Interface_CheckIterator.hxx>
-#include <Interface_Static.hxx>
-#include <Message.hxx>
-#include <Message_Messenger.hxx>
-#include <Poly_Triangulation.hxx>
 #include <STEPControl_Reader.hxx>
-#include <Standard_Failure.hxx>
-#include <Standard_OutOfMemory.hxx>
-#include <TopAbs.hxx>
-#include <TopExp.hxx>
-#include <TopExp_Explorer.hxx>
-#include <TopLoc_Location.hxx>
-#include <TopTools_IndexedMapOfShape.hxx>
-#include <TopoDS.hxx>
-#include <TopoDS_Compound.hxx>
-#include <TopoDS_Face.hxx>
 #include <TopoDS_Shape.hxx>
-#include <TopoDS_Shell.hxx>
-#include <TopoDS_Solid.hxx>
 #include <XSControl_WorkSession.hxx>
-#include <array>
-#include <cerrno>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <gp_Pnt.hxx>
-#include <gp_Trsf.hxx>
-#include <limits>
 #include <mutex>
-#include <new>
-#include <numbers>
 #include <string>
-#include <system_error>
-#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "clash/cad/tessellate.h"
+#include "occt_common.h"
 
 namespace clash::cad {
 namespace {
 
-// Sewing tolerance for loose IGES faces, in mm. IGES writers commonly use 1e-3..1e-2 mm model
-// tolerances; 1e-3 mm closes their gaps and stays far below any useful mesh deflection.
-constexpr double kIgesSewingToleranceMm = 1e-3;
-
-// Bytes read from the head of the file for SniffFormat: an IGES record is 80 bytes plus a line end.
-constexpr std::size_t kSniffBytes = 512;
-
-// Which step of the import is running; error messages start with its name.
-enum class Phase { kRead, kTransfer, kMesh };
-
-const char* PhaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kRead:
-      return "read";
-    case Phase::kTransfer:
-      return "transfer";
-    case Phase::kMesh:
-      return "mesh";
-  }
-  return "unknown phase";
-}
-
-// Serialises every use of OCCT in this process.
-std::mutex& OcctMutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-
-// Sets an Interface_Static parameter and restores its previous value on destruction. The static
-// must already exist (the reader's constructor registers the translator's statics).
-class ScopedInterfaceStatic {
- public:
-  ScopedInterfaceStatic(const char* name, const char* value) : name_(name) {
-    if (!Interface_Static::IsPresent(name)) return;
-    const char* previous = Interface_Static::CVal(name);
-    previous_ = previous != nullptr ? previous : "";
-    active_ = Interface_Static::SetCVal(name, value) &&
-              std::strcmp(Interface_Static::CVal(name), value) == 0;
-  }
-  ~ScopedInterfaceStatic() {
-    if (active_) Interface_Static::SetCVal(name_, previous_.c_str());
-  }
-  ScopedInterfaceStatic(const ScopedInterfaceStatic&) = delete;
-  ScopedInterfaceStatic& operator=(const ScopedInterfaceStatic&) = delete;
-
-  // True when the parameter now holds the requested value.
-  bool active() const { return active_; }
-
- private:
-  const char* name_;
-  std::string previous_;
-  bool active_ = false;
-};
-
-// Detaches the printers of OCCT's default messenger and puts them back on destruction.
-class ScopedSilentMessenger {
- public:
-  ScopedSilentMessenger() : messenger_(Message::DefaultMessenger()) {
-    if (messenger_.IsNull()) return;
-    saved_ = messenger_->Printers();
-    messenger_->ChangePrinters().Clear();
-  }
-  ~ScopedSilentMessenger() {
-    if (!messenger_.IsNull()) messenger_->ChangePrinters() = saved_;
-  }
-  ScopedSilentMessenger(const ScopedSilentMessenger&) = delete;
-  ScopedSilentMessenger& operator=(const ScopedSilentMessenger&) = delete;
-
- private:
-  Handle(Message_Messenger) messenger_;
-  Message_SequenceOfPrinters saved_;
-};
-
-absl::Status ValidateOptions(const TessellationOptions& options) {
-  if (!std::isfinite(options.linear_deflection_mm) || options.linear_deflection_mm < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "linear_deflection_mm must be finite and >= 0, got ", options.linear_deflection_mm));
-  }
-  if (!std::isfinite(options.relative_deflection) ||
-      (options.linear_deflection_mm == 0 && options.relative_deflection <= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("relative_deflection must be finite and > 0 (used when "
-                     "linear_deflection_mm == 0), got ",
-                     options.relative_deflection));
-  }
-  if (!std::isfinite(options.angular_deflection_rad) || options.angular_deflection_rad <= 0 ||
-      options.angular_deflection_rad >= std::numbers::pi) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "angular_deflection_rad must lie in (0, pi), got ", options.angular_deflection_rad));
-  }
-  if (options.max_triangles == 0) {
-    return absl::InvalidArgumentError("max_triangles must be > 0");
-  }
-  return absl::OkStatus();
-}
-
-// Opens the file and returns its first bytes; NOT_FOUND when it does not exist.
-absl::StatusOr<std::string> ReadHead(const std::string& path) {
-  std::error_code ec;
-  const std::filesystem::file_status status = std::filesystem::status(path, ec);
-  if (status.type() == std::filesystem::file_type::not_found) {
-    return absl::NotFoundError(absl::StrCat("read: no such file: ", path));
-  }
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("read: ", path, ": ", ec.message()));
-  if (status.type() != std::filesystem::file_type::regular) {
-    return absl::InvalidArgumentError(absl::StrCat("read: not a regular file: ", path));
-  }
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error = errno;  // ifstream does not promise to set it
-    const std::string message = absl::StrCat("read: cannot open ", path);
-    return error != 0 ? absl::ErrnoToStatus(error, message) : absl::InvalidArgumentError(message);
-  }
-  std::string head(kSniffBytes, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<std::size_t>(in.gcount()));
-  return head;
-}
+using internal::Phase;
 
 // The shape of a whole file plus the transfer report.
 struct ReadResult {
@@ -202,7 +45,7 @@ template <typename Reader>
 absl::StatusOr<ReadResult> ReadWith(Reader& reader, const std::string& path, const char* format,
                                     Phase* phase) {
   // Constructing the reader registered the translator's statics, so the guard can set them now.
-  ScopedInterfaceStatic unit("xstep.cascade.unit", "MM");
+  internal::ScopedInterfaceStatic unit("xstep.cascade.unit", "MM");
   if (!unit.active()) {
     return absl::InternalError("read: cannot set OCCT parameter xstep.cascade.unit to MM");
   }
@@ -214,17 +57,9 @@ absl::StatusOr<ReadResult> ReadWith(Reader& reader, const std::string& path, con
                                                    static_cast<int>(read_status), ")"));
   }
   ReadResult result;
-  // Entities the parser flagged: a file can "read" while losing some of its content.
-  const Interface_CheckIterator checks = reader.WS()->ModelCheckList(/*complete=*/Standard_False);
-  for (checks.Start(); checks.More(); checks.Next()) {
-    const Handle(Interface_Check)& check = checks.Value();
-    if (check.IsNull()) continue;
-    if (check->HasFailed()) {
-      ++result.load_failures;
-    } else if (check->HasWarnings()) {
-      ++result.load_warnings;
-    }
-  }
+  const internal::LoadChecks checks = internal::CountLoadChecks(reader.WS());
+  result.load_failures = checks.failures;
+  result.load_warnings = checks.warnings;
   *phase = Phase::kTransfer;
   result.roots_total = reader.NbRootsForTransfer();
   if (result.roots_total <= 0) {
@@ -244,172 +79,6 @@ absl::StatusOr<ReadResult> ReadWith(Reader& reader, const std::string& path, con
   return result;
 }
 
-bool Contains(const TopoDS_Shape& shape, TopAbs_ShapeEnum type) {
-  return TopExp_Explorer(shape, type).More();
-}
-
-// IGES often carries loose trimmed surfaces: sew them into shells, and turn closed shells into
-// solids oriented outwards so that face orientation means "outside". Shapes that already have
-// shells or solids are returned unchanged.
-TopoDS_Shape SewLooseFaces(const TopoDS_Shape& shape) {
-  if (Contains(shape, TopAbs_SOLID) || Contains(shape, TopAbs_SHELL) ||
-      !Contains(shape, TopAbs_FACE)) {
-    return shape;
-  }
-  BRepBuilderAPI_Sewing sewing(kIgesSewingToleranceMm);
-  sewing.Add(shape);
-  sewing.Perform();
-  const TopoDS_Shape sewn = sewing.SewedShape();
-  if (sewn.IsNull()) return shape;
-
-  BRep_Builder builder;
-  TopoDS_Compound result;
-  builder.MakeCompound(result);
-  for (TopExp_Explorer it(sewn, TopAbs_SHELL); it.More(); it.Next()) {
-    const TopoDS_Shell& shell = TopoDS::Shell(it.Current());
-    if (BRep_Tool::IsClosed(shell)) {
-      BRepBuilderAPI_MakeSolid make_solid(shell);
-      if (make_solid.IsDone()) {
-        TopoDS_Solid solid = make_solid.Solid();
-        BRepLib::OrientClosedSolid(solid);
-        builder.Add(result, solid);
-        continue;
-      }
-    }
-    builder.Add(result, shell);
-  }
-  for (TopExp_Explorer it(sewn, TopAbs_FACE, TopAbs_SHELL); it.More(); it.Next()) {
-    builder.Add(result, it.Current());
-  }
-  return result;
-}
-
-// The chordal deflection to mesh with, from the options and the shape's bounding box.
-absl::StatusOr<double> ChooseDeflection(const TopoDS_Shape& shape,
-                                        const TessellationOptions& options) {
-  Bnd_Box box;
-  BRepBndLib::AddOptimal(shape, box, /*useTriangulation=*/false, /*useShapeTolerance=*/false);
-  if (box.IsVoid()) {
-    return absl::InvalidArgumentError("mesh: the shape has no geometry (empty bounding box)");
-  }
-  if (box.IsOpenXmin() || box.IsOpenXmax() || box.IsOpenYmin() || box.IsOpenYmax() ||
-      box.IsOpenZmin() || box.IsOpenZmax()) {
-    return absl::InvalidArgumentError("mesh: the shape is unbounded (infinite bounding box)");
-  }
-  double x0 = 0, y0 = 0, z0 = 0, x1 = 0, y1 = 0, z1 = 0;
-  box.Get(x0, y0, z0, x1, y1, z1);
-  const double diagonal = std::hypot(x1 - x0, y1 - y0, z1 - z0);
-  if (!std::isfinite(diagonal) || !std::isfinite(x0) || !std::isfinite(y0) || !std::isfinite(z0)) {
-    return absl::InvalidArgumentError("mesh: the shape's bounding box is not finite");
-  }
-  if (diagonal <= 0) {
-    return absl::InvalidArgumentError("mesh: the shape's bounding box has zero size");
-  }
-  const double deflection = options.linear_deflection_mm > 0
-                                ? options.linear_deflection_mm
-                                : options.relative_deflection * diagonal;
-  if (deflection < kMinRelativeDeflection * diagonal) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mesh: deflection ", deflection, " mm is below the floor of ",
-                     kMinRelativeDeflection, " x the bounding-box diagonal (", diagonal, " mm)"));
-  }
-  return deflection;
-}
-
-// Meshes `shape` in place and copies every face's triangles into MeshBuffers. The shape must not
-// be shared with anyone else: meshing stores triangulations inside it.
-absl::StatusOr<MeshBuffers> MeshOwnedShape(const TopoDS_Shape& shape,
-                                           const TessellationOptions& options) {
-  absl::StatusOr<double> deflection = ChooseDeflection(shape, options);
-  if (!deflection.ok()) return deflection.status();
-
-  IMeshTools_Parameters parameters;
-  parameters.Deflection = *deflection;
-  parameters.DeflectionInterior = *deflection;
-  parameters.Angle = options.angular_deflection_rad;
-  parameters.AngleInterior = options.angular_deflection_rad;
-  parameters.Relative = Standard_False;
-  parameters.InParallel = options.parallel ? Standard_True : Standard_False;
-  BRepMesh_IncrementalMesh mesher(shape, parameters);
-
-  TopTools_IndexedMapOfShape faces;
-  TopExp::MapShapes(shape, TopAbs_FACE, faces);
-
-  MeshBuffers out;
-  out.deflection_mm = *deflection;
-  out.faces_total = faces.Extent();
-  if (out.faces_total == 0) {
-    return absl::InvalidArgumentError("mesh: the shape has no faces");
-  }
-
-  // First pass: sizes, so that the caps are checked before any allocation.
-  std::size_t node_count = 0;
-  std::size_t triangle_count = 0;
-  for (int i = 1; i <= faces.Extent(); ++i) {
-    TopLoc_Location location;
-    const Handle(Poly_Triangulation)& mesh =
-        BRep_Tool::Triangulation(TopoDS::Face(faces(i)), location);
-    if (mesh.IsNull() || mesh->NbTriangles() <= 0) continue;
-    node_count += static_cast<std::size_t>(mesh->NbNodes());
-    triangle_count += static_cast<std::size_t>(mesh->NbTriangles());
-  }
-  if (triangle_count > options.max_triangles) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "mesh: ", triangle_count, " triangles exceed max_triangles (", options.max_triangles, ")"));
-  }
-  if (node_count > std::numeric_limits<uint32_t>::max()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("mesh: ", node_count, " vertices do not fit 32-bit indices"));
-  }
-  out.xyz.reserve(3 * node_count);
-  out.triangles.reserve(3 * triangle_count);
-  out.face_ids.reserve(triangle_count);
-
-  for (int i = 1; i <= faces.Extent(); ++i) {
-    const TopoDS_Face& face = TopoDS::Face(faces(i));
-    TopLoc_Location location;
-    const Handle(Poly_Triangulation)& mesh = BRep_Tool::Triangulation(face, location);
-    if (mesh.IsNull() || mesh->NbTriangles() <= 0) continue;
-
-    const int nodes = mesh->NbNodes();
-    const auto first_vertex = static_cast<uint32_t>(out.xyz.size() / 3);
-    const bool moved = !location.IsIdentity();
-    const gp_Trsf& trsf = location.Transformation();
-    for (int n = 1; n <= nodes; ++n) {
-      gp_Pnt p = mesh->Node(n);
-      if (moved) p.Transform(trsf);
-      if (!std::isfinite(p.X()) || !std::isfinite(p.Y()) || !std::isfinite(p.Z())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("mesh: face ", i - 1, " has a non-finite vertex"));
-      }
-      out.xyz.insert(out.xyz.end(), {p.X(), p.Y(), p.Z()});
-    }
-
-    const bool reversed = face.Orientation() == TopAbs_REVERSED;
-    out.faces_reversed += reversed ? 1 : 0;
-    for (int t = 1; t <= mesh->NbTriangles(); ++t) {
-      std::array<int, 3> v{};
-      mesh->Triangle(t).Get(v[0], v[1], v[2]);
-      for (int k : v) {
-        if (k < 1 || k > nodes) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("mesh: face ", i - 1, " has a triangle node index out of range: ", k));
-        }
-      }
-      if (reversed) std::swap(v[1], v[2]);
-      for (int k : v) out.triangles.push_back(first_vertex + static_cast<uint32_t>(k - 1));
-      out.face_ids.push_back(static_cast<uint32_t>(i - 1));
-    }
-    ++out.faces_meshed;
-  }
-  if (out.faces_meshed == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mesh: none of the ", out.faces_total, " faces produced triangles (BRepMesh status flags ",
-        mesher.GetStatusFlags(), ")"));
-  }
-  return out;
-}
-
 // Read, transfer and mesh; `phase` tracks progress for the exception handler.
 absl::StatusOr<MeshBuffers> ImportLocked(const std::string& path, CadFormat format,
                                          const TessellationOptions& options, Phase* phase) {
@@ -421,13 +90,13 @@ absl::StatusOr<MeshBuffers> ImportLocked(const std::string& path, CadFormat form
   } else {
     IGESControl_Reader reader;
     read = ReadWith(reader, path, "IGES", phase);
-    if (read.ok()) read->shape = SewLooseFaces(read->shape);
+    if (read.ok()) read->shape = internal::SewLooseFaces(read->shape);
   }
   if (!read.ok()) return read.status();
 
   *phase = Phase::kMesh;
   // The shape came out of a reader local to this call, so nobody else holds it.
-  absl::StatusOr<MeshBuffers> mesh = MeshOwnedShape(read->shape, options);
+  absl::StatusOr<MeshBuffers> mesh = internal::MeshOwnedShape(read->shape, options);
   if (!mesh.ok()) return mesh.status();
   mesh->roots_total = read->roots_total;
   mesh->roots_transferred = read->roots_transferred;
@@ -440,34 +109,19 @@ absl::StatusOr<MeshBuffers> ImportLocked(const std::string& path, CadFormat form
 
 absl::StatusOr<MeshBuffers> ReadAndTessellate(const std::string& path,
                                               const TessellationOptions& options) {
-  if (absl::Status valid = ValidateOptions(options); !valid.ok()) return valid;
-  absl::StatusOr<std::string> head = ReadHead(path);
+  if (absl::Status valid = internal::ValidateOptions(options); !valid.ok()) return valid;
+  absl::StatusOr<std::string> head = internal::ReadHead(path);
   if (!head.ok()) return head.status();
   absl::StatusOr<CadFormat> format = SniffFormat(*head);
   if (!format.ok()) return format.status();
 
-  std::lock_guard<std::mutex> lock(OcctMutex());
+  std::lock_guard<std::mutex> lock(internal::OcctMutex());
   Phase phase = Phase::kRead;
   try {
-    ScopedSilentMessenger silent;
+    internal::ScopedSilentMessenger silent;
     return ImportLocked(path, *format, options, &phase);
-  } catch (const Standard_Failure& e) {
-    const char* what = e.GetMessageString();
-    const std::string message =
-        absl::StrCat(PhaseName(phase), ": OCCT raised ", e.DynamicType()->Name(),
-                     (what != nullptr && *what != '\0') ? absl::StrCat(": ", what) : "");
-    if (e.IsKind(STANDARD_TYPE(Standard_OutOfMemory))) {
-      return absl::ResourceExhaustedError(message);
-    }
-    return absl::InvalidArgumentError(message);
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat(PhaseName(phase), ": out of memory"));
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat(PhaseName(phase), ": unexpected exception: ", e.what()));
   } catch (...) {
-    return absl::InternalError(
-        absl::StrCat(PhaseName(phase), ": unexpected non-standard exception"));
+    return internal::StatusFromCurrentException(phase);
   }
 }
 

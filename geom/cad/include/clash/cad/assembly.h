@@ -1,0 +1,80 @@
+// Reading a STEP or IGES file as an assembly: distinct parts, each tessellated once in its own
+// frame, and the instances that place them in the assembly (world) frame.
+//
+// OCCT 7.6's XCAF document (XDE) does the reading; no OCCT type appears here. Like
+// ReadAndTessellate, this runs OCCT in the calling process behind the module's one mutex; isolating
+// untrusted files in a worker process is the caller's job.
+#ifndef CLASH_CAD_ASSEMBLY_H_
+#define CLASH_CAD_ASSEMBLY_H_
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "clash/cad/tessellate.h"
+
+namespace clash::cad {
+
+/// Rigid placement mapping a part's frame into the assembly (world) frame: world = R * p + t.
+struct Placement {
+  /// Row-major 3x3 matrix R (a rotation; it carries the scale if the file has one).
+  std::array<double, 9> rotation{1, 0, 0, 0, 1, 0, 0, 0, 1};
+  /// Translation t in millimetres.
+  std::array<double, 3> translation_mm{};
+};
+
+/// One distinct part definition, tessellated once.
+struct AssemblyPart {
+  /// The part definition's name (from the file, else "part<k>" with k its index).
+  std::string name;
+  /// The part's mesh in its own frame, in mm; deflection_mm is relative to this part's own size.
+  MeshBuffers mesh;
+};
+
+/// One placed occurrence of a part in the assembly tree.
+struct AssemblyInstance {
+  /// Names from the root down, '/'-separated; a name repeated among siblings gets ":<n>" (1-based)
+  /// on each occurrence, and '/' inside a name becomes '_', e.g. "as1/nut-bolt-assembly:2/bolt".
+  std::string path;
+  /// This occurrence's name: the instance's own name, else its part's name.
+  std::string name;
+  /// Index into ImportedAssembly::parts.
+  int part = 0;
+  /// Composed placement from the part's frame to the world frame.
+  Placement placement;
+  /// sRGB colour in [0, 1] of the instance or, failing that, of its part, when the file has one.
+  std::optional<std::array<float, 3>> color_rgb;
+};
+
+/// An assembly read from a file.
+struct ImportedAssembly {
+  /// Distinct part definitions with geometry.
+  std::vector<AssemblyPart> parts;
+  /// Every leaf occurrence of a part, depth-first in file order.
+  std::vector<AssemblyInstance> instances;
+  /// Transferable roots found in the file.
+  int roots_total = 0;
+  /// Shapes OCCT transferred from those roots.
+  int roots_transferred = 0;
+  /// Entities the file parser reported failures for (content possibly lost).
+  int load_failures = 0;
+  /// Entities the file parser reported only warnings for.
+  int load_warnings = 0;
+  /// Part definitions without faces, left out of parts (with their instances).
+  int empty_parts = 0;
+};
+
+/// Reads the STEP or IGES file at `path` (format sniffed from its content) as an assembly tree and
+/// tessellates every distinct part once; relative deflection is measured on each part's own
+/// bounding box, and max_triangles caps the sum over parts. Errors: NOT_FOUND (no such file),
+/// INVALID_ARGUMENT (bad options, a file that cannot be read or transferred, no part with
+/// geometry, or a part that cannot be meshed; the message names the phase), RESOURCE_EXHAUSTED
+/// (above max_triangles or out of memory), INTERNAL (unexpected failure).
+[[nodiscard]] absl::StatusOr<ImportedAssembly> ReadAssembly(const std::string& path,
+                                                            const TessellationOptions& options);
+
+}  // namespace clash::cad
+
+#endif  // CLASH_CAD_ASSEMBLY_H_

@@ -1,0 +1,388 @@
+// Reading a STEP or IGES file as an assembly through OCCT 7.6's XCAF document (XDE).
+//
+// The reader fills a TDocStd_Document; XCAFDoc_ShapeTool's free shapes are the roots. An assembly
+// label's components (GetComponents) each refer to a shape label (GetReferredShape) and carry a
+// location (GetLocation); placements are composed from the root down. Every referred simple-shape
+// label is a part definition: it is tessellated once, in its own frame (its shape with the location
+// stripped, which is folded into the instance's placement), and shared by all its instances.
+//
+// OCCT pitfalls (mutex, unit guard, silent messenger, mesh extraction, exception mapping) are
+// handled by occt_common.cc. Extra ones here:
+// - The unit guard ("xstep.cascade.unit" = MM) spans reading and Transfer(doc): OCCT 7.6 scales
+//   shapes and the NAUO placements together at transfer time, so translations come out in mm.
+// - The XCAF document registers itself with the process-wide XCAFApp_Application; it is closed on
+//   every path, or each call would leak a document.
+// - A triangulation left in a face by meshing another part (shared sub-shape) would be reused at
+//   that part's deflection, so each part's triangulations are cleared before meshing it.
+#include <BRepTools.hxx>
+#include <IFSelect_ReturnStatus.hxx>
+#include <IGESCAFControl_Reader.hxx>
+#include <Quantity_Color.hxx>
+#include <STEPCAFControl_Reader.hxx>
+#include <STEPControl_Reader.hxx>
+#include <TCollection_AsciiString.hxx>
+#include <TCollection_ExtendedString.hxx>
+#include <TDF_Label.hxx>
+#include <TDF_LabelSequence.hxx>
+#include <TDF_Tool.hxx>
+#include <TDataStd_Name.hxx>
+#include <TDocStd_Document.hxx>
+#include <TopAbs.hxx>
+#include <TopExp_Explorer.hxx>
+#include <TopLoc_Location.hxx>
+#include <TopoDS_Shape.hxx>
+#include <XCAFApp_Application.hxx>
+#include <XCAFDoc_ColorTool.hxx>
+#include <XCAFDoc_ColorType.hxx>
+#include <XCAFDoc_DocumentTool.hxx>
+#include <XCAFDoc_ShapeTool.hxx>
+#include <XSControl_WorkSession.hxx>
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <gp_Trsf.hxx>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "clash/cad/assembly.h"
+#include "clash/cad/tessellate.h"
+#include "occt_common.h"
+
+namespace clash::cad {
+namespace {
+
+using internal::Phase;
+
+// Deepest assembly nesting accepted; deeper (or cyclic) references mean a broken file.
+constexpr int kMaxDepth = 64;
+
+using Color = std::optional<std::array<float, 3>>;
+
+// Creates an XCAF document and closes it on destruction.
+class ScopedXcafDocument {
+ public:
+  ScopedXcafDocument() : app_(XCAFApp_Application::GetApplication()) {
+    app_->NewDocument("MDTV-XCAF", doc_);
+  }
+  ~ScopedXcafDocument() {
+    try {
+      if (!doc_.IsNull() && doc_->IsOpened()) app_->Close(doc_);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+    }
+  }
+  ScopedXcafDocument(const ScopedXcafDocument&) = delete;
+  ScopedXcafDocument& operator=(const ScopedXcafDocument&) = delete;
+
+  const Handle(TDocStd_Document) & doc() const { return doc_; }
+
+ private:
+  Handle(XCAFApp_Application) app_;
+  Handle(TDocStd_Document) doc_;
+};
+
+// The transfer report of a reader.
+struct TransferReport {
+  int roots_total = 0;
+  int roots_transferred = 0;
+  internal::LoadChecks checks;
+};
+
+// Reads `path` with an XCAF reader into `doc`. `base` is the reader's plain STEP/IGES reader.
+template <typename CafReader, typename BaseReader>
+absl::StatusOr<TransferReport> TransferInto(CafReader& reader, BaseReader& base,
+                                            const std::string& path, const char* format,
+                                            const Handle(TDocStd_Document) & doc, Phase* phase) {
+  reader.SetNameMode(Standard_True);
+  reader.SetColorMode(Standard_True);
+  reader.SetLayerMode(Standard_False);
+  // Constructing the reader registered the translator's statics, so the guard can set them now.
+  internal::ScopedInterfaceStatic unit("xstep.cascade.unit", "MM");
+  if (!unit.active()) {
+    return absl::InternalError("read: cannot set OCCT parameter xstep.cascade.unit to MM");
+  }
+  *phase = Phase::kRead;
+  const IFSelect_ReturnStatus read_status = reader.ReadFile(path.c_str());
+  if (read_status != IFSelect_RetDone) {
+    return absl::InvalidArgumentError(absl::StrCat("read: OCCT cannot parse the ", format,
+                                                   " file (IFSelect status ",
+                                                   static_cast<int>(read_status), ")"));
+  }
+  TransferReport report;
+  report.checks = internal::CountLoadChecks(base.WS());
+  *phase = Phase::kTransfer;
+  report.roots_total = base.NbRootsForTransfer();
+  if (report.roots_total <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer: the ", format, " file has no transferable roots"));
+  }
+  Handle(TDocStd_Document) target = doc;  // Transfer takes a non-const handle
+  if (!reader.Transfer(target)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer: OCCT could not transfer the ", format, " file into a document"));
+  }
+  report.roots_transferred = base.NbShapes();
+  return report;
+}
+
+// The label's TDataStd_Name as UTF-8, or "" when it has none.
+std::string NameOf(const TDF_Label& label) {
+  Handle(TDataStd_Name) name;
+  if (label.IsNull() || !label.FindAttribute(TDataStd_Name::GetID(), name)) return "";
+  // With no replacement character, OCCT converts the extended string to UTF-8.
+  return TCollection_AsciiString(name->Get()).ToCString();
+}
+
+// The name of an occurrence (component) label, or "" when it has none of its own. OCCT's STEP
+// writer names an unnamed component's NEXT_ASSEMBLY_USAGE_OCCURRENCE after the referred label's
+// entry ("=>[0:1:1:2]"), and its reader gives that back as the component's name: not a name.
+std::string OccurrenceNameOf(const TDF_Label& label) {
+  std::string name = NameOf(label);
+  if (name.rfind("=>[", 0) == 0 && name.back() == ']') name.clear();
+  return name;
+}
+
+// The label's surface or generic colour as sRGB, if it has one.
+Color ColorOf(const Handle(XCAFDoc_ColorTool) & colors, const TDF_Label& label) {
+  if (colors.IsNull() || label.IsNull()) return std::nullopt;
+  Quantity_Color color;
+  if (!colors->GetColor(label, XCAFDoc_ColorSurf, color) &&
+      !colors->GetColor(label, XCAFDoc_ColorGen, color)) {
+    return std::nullopt;
+  }
+  double r = 0, g = 0, b = 0;
+  color.Values(r, g, b, Quantity_TOC_sRGB);
+  return std::array<float, 3>{static_cast<float>(r), static_cast<float>(g), static_cast<float>(b)};
+}
+
+Placement ToPlacement(const gp_Trsf& trsf) {
+  Placement placement;
+  for (int row = 0; row < 3; ++row) {
+    for (int col = 0; col < 3; ++col) {
+      placement.rotation[static_cast<std::size_t>(3 * row + col)] = trsf.Value(row + 1, col + 1);
+    }
+    placement.translation_mm[static_cast<std::size_t>(row)] = trsf.Value(row + 1, 4);
+  }
+  return placement;
+}
+
+// One node of the tree about to be visited: an occurrence (component or free-shape root label) and
+// the shape label it refers to.
+struct Node {
+  TDF_Label occurrence;
+  TDF_Label definition;
+  TopLoc_Location location;  // occurrence location composed with the definition shape's own
+};
+
+// Walks the XCAF tree and fills an ImportedAssembly.
+class Walker {
+ public:
+  Walker(Handle(XCAFDoc_ShapeTool) shapes, Handle(XCAFDoc_ColorTool) colors,
+         const TessellationOptions& options, bool sew, ImportedAssembly* out)
+      : shapes_(std::move(shapes)),
+        colors_(std::move(colors)),
+        options_(options),
+        sew_(sew),
+        triangles_left_(options.max_triangles),
+        out_(out) {}
+
+  // Visits the children `nodes` of the node at `parent_path`, placed by `parent`.
+  absl::Status VisitSiblings(const std::vector<Node>& nodes, const gp_Trsf& parent,
+                             const std::string& parent_path, const Color& inherited, int depth) {
+    if (depth > kMaxDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("assemble: assembly nesting deeper than ", kMaxDepth, " at ", parent_path));
+    }
+    // Names first, so that repeated sibling names can be numbered.
+    std::vector<std::string> names;
+    std::vector<int> parts;
+    names.reserve(nodes.size());
+    parts.reserve(nodes.size());
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const Node& node = nodes[i];
+      int part = -1;
+      if (!shapes_->IsAssembly(node.definition)) {
+        absl::StatusOr<int> found = PartOf(node.definition);
+        if (!found.ok()) return found.status();
+        part = *found;
+      }
+      parts.push_back(part);
+      std::string name = OccurrenceNameOf(node.occurrence);
+      if (name.empty()) name = NameOf(node.definition);
+      if (name.empty()) {
+        name = part >= 0 ? out_->parts[static_cast<std::size_t>(part)].name
+                         : absl::StrCat("assembly", i + 1);
+      }
+      names.push_back(std::move(name));
+    }
+    std::map<std::string, int> repeats;
+    for (const std::string& name : names) ++repeats[name];
+    std::map<std::string, int> seen;
+
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const Node& node = nodes[i];
+      if (!shapes_->IsAssembly(node.definition) && parts[i] < 0) continue;  // no geometry
+      std::string segment = names[i];
+      std::replace(segment.begin(), segment.end(), '/', '_');
+      if (repeats[names[i]] > 1) absl::StrAppend(&segment, ":", ++seen[names[i]]);
+      const std::string path =
+          parent_path.empty() ? segment : absl::StrCat(parent_path, "/", segment);
+      gp_Trsf world = parent;
+      world.Multiply(node.location.Transformation());
+      Color color = ColorOf(colors_, node.occurrence);
+      if (!color) color = ColorOf(colors_, node.definition);
+      if (!color) color = inherited;
+
+      if (parts[i] >= 0) {
+        AssemblyInstance instance;
+        instance.path = path;
+        instance.name = names[i];
+        instance.part = parts[i];
+        instance.placement = ToPlacement(world);
+        instance.color_rgb = color;
+        out_->instances.push_back(std::move(instance));
+        continue;
+      }
+      TDF_LabelSequence components;
+      shapes_->GetComponents(node.definition, components, /*getsubchilds=*/Standard_False);
+      std::vector<Node> children;
+      for (int c = 1; c <= components.Length(); ++c) {
+        Node child;
+        child.occurrence = components.Value(c);
+        if (!XCAFDoc_ShapeTool::GetReferredShape(child.occurrence, child.definition)) continue;
+        child.location = XCAFDoc_ShapeTool::GetLocation(child.occurrence) *
+                         XCAFDoc_ShapeTool::GetShape(child.definition).Location();
+        children.push_back(child);
+      }
+      if (absl::Status status = VisitSiblings(children, world, path, color, depth + 1);
+          !status.ok()) {
+        return status;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // The part index of a simple-shape label, meshing it on first use; -1 when it has no faces.
+  absl::StatusOr<int> PartOf(const TDF_Label& label) {
+    TCollection_AsciiString entry;
+    TDF_Tool::Entry(label, entry);
+    const std::string key = entry.ToCString();
+    if (auto it = part_of_label_.find(key); it != part_of_label_.end()) return it->second;
+
+    TopoDS_Shape shape = XCAFDoc_ShapeTool::GetShape(label).Located(TopLoc_Location());
+    if (shape.IsNull() || !TopExp_Explorer(shape, TopAbs_FACE).More()) {
+      ++out_->empty_parts;
+      part_of_label_[key] = -1;
+      return -1;
+    }
+    const int index = static_cast<int>(out_->parts.size());
+    std::string name = NameOf(label);
+    if (name.empty()) name = absl::StrCat("part", index);
+    if (triangles_left_ == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "mesh: max_triangles (", options_.max_triangles, ") reached before part \"", name, "\""));
+    }
+    if (sew_) shape = internal::SewLooseFaces(shape);
+    BRepTools::Clean(shape);
+    TessellationOptions part_options = options_;
+    part_options.max_triangles = triangles_left_;
+    absl::StatusOr<MeshBuffers> mesh = internal::MeshOwnedShape(shape, part_options);
+    if (!mesh.ok()) {
+      return absl::Status(mesh.status().code(),
+                          absl::StrCat(mesh.status().message(), " (part \"", name, "\")"));
+    }
+    triangles_left_ -= mesh->triangles.size() / 3;
+    out_->parts.push_back(AssemblyPart{std::move(name), *std::move(mesh)});
+    part_of_label_[key] = index;
+    return index;
+  }
+
+  Handle(XCAFDoc_ShapeTool) shapes_;
+  Handle(XCAFDoc_ColorTool) colors_;
+  TessellationOptions options_;
+  bool sew_;
+  std::size_t triangles_left_;
+  ImportedAssembly* out_;
+  std::map<std::string, int> part_of_label_;  // label entry -> part index, -1 for no geometry
+};
+
+// Read, transfer, walk and mesh; `phase` tracks progress for the exception handler.
+absl::StatusOr<ImportedAssembly> ImportLocked(const std::string& path, CadFormat format,
+                                              const TessellationOptions& options, Phase* phase) {
+  *phase = Phase::kRead;
+  ScopedXcafDocument document;
+  if (document.doc().IsNull()) {
+    return absl::InternalError("read: OCCT could not create an XCAF document");
+  }
+  absl::StatusOr<TransferReport> report;
+  if (format == CadFormat::kStep) {
+    STEPCAFControl_Reader reader;
+    report = TransferInto(reader, reader.ChangeReader(), path, "STEP", document.doc(), phase);
+  } else {
+    IGESCAFControl_Reader reader;
+    report = TransferInto(reader, reader, path, "IGES", document.doc(), phase);
+  }
+  if (!report.ok()) return report.status();
+
+  *phase = Phase::kAssemble;
+  ImportedAssembly out;
+  out.roots_total = report->roots_total;
+  out.roots_transferred = report->roots_transferred;
+  out.load_failures = report->checks.failures;
+  out.load_warnings = report->checks.warnings;
+
+  const Handle(XCAFDoc_ShapeTool) shapes = XCAFDoc_DocumentTool::ShapeTool(document.doc()->Main());
+  const Handle(XCAFDoc_ColorTool) colors = XCAFDoc_DocumentTool::ColorTool(document.doc()->Main());
+  TDF_LabelSequence free_shapes;
+  shapes->GetFreeShapes(free_shapes);
+  if (free_shapes.IsEmpty()) {
+    return absl::InvalidArgumentError("transfer: the file gave no shapes");
+  }
+  std::vector<Node> roots;
+  for (int i = 1; i <= free_shapes.Length(); ++i) {
+    Node root;
+    root.occurrence = free_shapes.Value(i);
+    root.definition = root.occurrence;
+    root.location = XCAFDoc_ShapeTool::GetShape(root.definition).Location();
+    roots.push_back(root);
+  }
+  Walker walker(shapes, colors, options, format == CadFormat::kIges, &out);
+  if (absl::Status status = walker.VisitSiblings(roots, gp_Trsf(), "", std::nullopt, 0);
+      !status.ok()) {
+    return status;
+  }
+  if (out.parts.empty() || out.instances.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "assemble: no part with geometry among the file's ", free_shapes.Length(), " root shapes"));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ImportedAssembly> ReadAssembly(const std::string& path,
+                                              const TessellationOptions& options) {
+  if (absl::Status valid = internal::ValidateOptions(options); !valid.ok()) return valid;
+  absl::StatusOr<std::string> head = internal::ReadHead(path);
+  if (!head.ok()) return head.status();
+  absl::StatusOr<CadFormat> format = SniffFormat(*head);
+  if (!format.ok()) return format.status();
+
+  std::lock_guard<std::mutex> lock(internal::OcctMutex());
+  Phase phase = Phase::kRead;
+  try {
+    internal::ScopedSilentMessenger silent;
+    return ImportLocked(path, *format, options, &phase);
+  } catch (...) {
+    return internal::StatusFromCurrentException(phase);
+  }
+}
+
+}  // namespace clash::cad
