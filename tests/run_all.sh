@@ -31,10 +31,10 @@ section "tests"
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
 
 if [ "${CLASH_SKIP_SANITIZE:-0}" != 1 ]; then
-  section "geometry and CAD tests under ASan+UBSan (Debug, assertions on)"
+  section "all tests again under ASan+UBSan (Debug, assertions on)"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCLASH_SANITIZE="address;undefined" \
         -DCLASH_WERROR=ON -DCLASH_BUILD_TESTS=ON -DCLASH_BUILD_BENCH=OFF >/dev/null
-  ninja -C build-asan -j"$jobs" geom_tests cad_tests cad_isolation_tests cad_cache_tests clash-cad-worker
+  ninja -C build-asan -j"$jobs"
   # The sanitizers look for memory and UB errors; a 10% prefix of each seeded random test suffices.
   (cd build-asan && CLASH_TEST_SCALE=0.1 ctest --output-on-failure -j"$jobs" --timeout 1800)
 fi
