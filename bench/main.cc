@@ -8,6 +8,7 @@
 
 #include "answers.h"
 #include "bench_data.h"
+#include "import_bench.h"
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
       clash::bench::RegisterOcct(q, dataset);
     }
   }
+  for (const std::string& dataset : parts) clash::bench::RegisterImport(dataset);
   benchmark::AddCustomContext("pairs_per_dataset", std::to_string(clash::bench::kPairsPerDataset));
   benchmark::AddCustomContext("rays_per_part", std::to_string(clash::bench::kRaysPerPart));
   benchmark::RunSpecifiedBenchmarks();
