@@ -107,6 +107,28 @@ absl::StatusOr<MeshBuffers> MeshOwnedShape(const TopoDS_Shape& shape,
 /// only inside a catch block.
 absl::Status StatusFromCurrentException(Phase phase);
 
+/// The one way into OCCT for a file: validates the options, sniffs the format from the file's
+/// head, then runs `locked(format, &phase)` under OcctMutex with OCCT's output silenced, turning
+/// any exception into a Status named after the phase `locked` last set.
+template <typename T, typename Locked>
+absl::StatusOr<T> RunLockedImport(const std::string& path, const TessellationOptions& options,
+                                  Locked&& locked) {
+  if (absl::Status valid = ValidateOptions(options); !valid.ok()) return valid;
+  absl::StatusOr<std::string> head = ReadHead(path);
+  if (!head.ok()) return head.status();
+  absl::StatusOr<CadFormat> format = SniffFormat(*head);
+  if (!format.ok()) return format.status();
+
+  std::lock_guard<std::mutex> lock(OcctMutex());
+  Phase phase = Phase::kRead;
+  try {
+    ScopedSilentMessenger silent;
+    return locked(*format, &phase);
+  } catch (...) {
+    return StatusFromCurrentException(phase);
+  }
+}
+
 }  // namespace clash::cad::internal
 
 #endif  // CLASH_CAD_SRC_OCCT_COMMON_H_

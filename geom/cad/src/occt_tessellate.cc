@@ -109,20 +109,9 @@ absl::StatusOr<MeshBuffers> ImportLocked(const std::string& path, CadFormat form
 
 absl::StatusOr<MeshBuffers> ReadAndTessellate(const std::string& path,
                                               const TessellationOptions& options) {
-  if (absl::Status valid = internal::ValidateOptions(options); !valid.ok()) return valid;
-  absl::StatusOr<std::string> head = internal::ReadHead(path);
-  if (!head.ok()) return head.status();
-  absl::StatusOr<CadFormat> format = SniffFormat(*head);
-  if (!format.ok()) return format.status();
-
-  std::lock_guard<std::mutex> lock(internal::OcctMutex());
-  Phase phase = Phase::kRead;
-  try {
-    internal::ScopedSilentMessenger silent;
-    return ImportLocked(path, *format, options, &phase);
-  } catch (...) {
-    return internal::StatusFromCurrentException(phase);
-  }
+  return internal::RunLockedImport<MeshBuffers>(path, options, [&](CadFormat format, Phase* phase) {
+    return ImportLocked(path, format, options, phase);
+  });
 }
 
 }  // namespace clash::cad
