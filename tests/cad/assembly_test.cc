@@ -49,6 +49,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "clash/cad/tessellate.h"
+#include "occt_fixtures.h"
+#include "testing/status_matchers.h"
 
 // LeakSanitizer: OCCT 7.6 never frees its one-time registrations (Interface_Static parameters,
 // IFSelect editors, translator controllers), so suppress leaks allocated inside OCCT's libTK*
@@ -59,35 +61,11 @@ namespace clash::cad {
 namespace {
 
 namespace fs = std::filesystem;
+using clash::testing::IsOk;
+using clash::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-MATCHER(IsOk, "is OK") {
-  if (arg.ok()) return true;
-  *result_listener << "status is " << arg.status();
-  return false;
-}
-
-MATCHER_P(StatusIs, code, "has code " + absl::StatusCodeToString(code)) {
-  *result_listener << "status is " << arg.status();
-  return arg.status().code() == code;
-}
-
-// Detaches OCCT's default messenger printers (the writers print to stdout) for one scope.
-class QuietOcct {
- public:
-  QuietOcct() : messenger_(Message::DefaultMessenger()) {
-    saved_ = messenger_->Printers();
-    messenger_->ChangePrinters().Clear();
-  }
-  ~QuietOcct() { messenger_->ChangePrinters() = saved_; }
-  QuietOcct(const QuietOcct&) = delete;
-  QuietOcct& operator=(const QuietOcct&) = delete;
-
- private:
-  Handle(Message_Messenger) messenger_;
-  Message_SequenceOfPrinters saved_;
-};
+using testing::QuietOcct;
 
 // ---------------------------------------------------------------------------------------------
 // Geometry helpers.
@@ -314,7 +292,7 @@ TEST_F(AssemblyTest, TriangleCapCountsAllParts) {
   for (const AssemblyPart& part : full->parts) total += part.mesh.triangles.size() / 3;
   TessellationOptions options;
   options.max_triangles = total - 1;
-  EXPECT_THAT(ReadAssembly(path, options), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(ReadAssembly(path, options), StatusIs(absl::StatusCode::kResourceExhausted, ""));
   options.max_triangles = total;
   EXPECT_THAT(ReadAssembly(path, options), IsOk());
 }
@@ -347,7 +325,7 @@ TEST_F(AssemblyTest, SingleSolidGivesOnePartAndOneIdentityInstance) {
 
 TEST_F(AssemblyTest, MissingFileIsNotFound) {
   EXPECT_THAT(ReadAssembly((dir_ / "absent.step").string(), {}),
-              StatusIs(absl::StatusCode::kNotFound));
+              StatusIs(absl::StatusCode::kNotFound, ""));
 }
 
 TEST_F(AssemblyTest, RandomBytesAreInvalidArgument) {
@@ -359,20 +337,20 @@ TEST_F(AssemblyTest, RandomBytesAreInvalidArgument) {
     std::ofstream out(path, std::ios::binary);
     out << bytes;
   }
-  EXPECT_THAT(ReadAssembly(path, {}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ReadAssembly(path, {}), StatusIs(absl::StatusCode::kInvalidArgument, ""));
   // The same garbage behind a valid STEP magic reaches OCCT's parser.
   {
     std::ofstream out(path, std::ios::binary);
     out << "ISO-10303-21;\n" << bytes;
   }
-  EXPECT_THAT(ReadAssembly(path, {}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ReadAssembly(path, {}), StatusIs(absl::StatusCode::kInvalidArgument, ""));
 }
 
 TEST_F(AssemblyTest, InvalidOptionsAreRejected) {
   TessellationOptions options;
   options.angular_deflection_rad = 0;
   EXPECT_THAT(ReadAssembly((dir_ / "absent.step").string(), options),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+              StatusIs(absl::StatusCode::kInvalidArgument, ""));
 }
 
 // ---------------------------------------------------------------------------------------------

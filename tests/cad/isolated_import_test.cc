@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "clash/cad/tessellate.h"
+#include "testing/status_matchers.h"
 #include "worker_format.h"
 
 // LeakSanitizer: OCCT 7.6 never frees its one-time registrations; see tessellate_test.cc.
@@ -45,22 +46,10 @@ namespace clash::cad {
 namespace {
 
 namespace fs = std::filesystem;
+using clash::testing::IsOk;
+using clash::testing::StatusIs;
 using Seconds = std::chrono::duration<double>;
 using ::testing::HasSubstr;
-
-MATCHER(IsOk, "is OK") {
-  if (arg.ok()) return true;
-  *result_listener << "status is " << arg.status();
-  return false;
-}
-
-MATCHER_P2(StatusIs, code, substring,
-           "has code " + absl::StatusCodeToString(code) + " and a message containing \"" +
-               std::string(substring) + "\"") {
-  const absl::Status& status = arg.status();
-  *result_listener << "status is " << status;
-  return status.code() == code && status.message().find(substring) != std::string_view::npos;
-}
 
 // Writes `shape` to STEP in millimetres with OCCT's printers detached.
 void WriteStep(const TopoDS_Shape& shape, const fs::path& path) {

@@ -41,6 +41,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "occt_fixtures.h"
+#include "testing/status_matchers.h"
 
 // LeakSanitizer: OCCT 7.6 never frees its one-time registrations (Interface_Static parameters,
 // IFSelect editors, translator controllers), so suppress leaks allocated inside OCCT's libTK*
@@ -51,43 +53,13 @@ namespace clash::cad {
 namespace {
 
 namespace fs = std::filesystem;
+using clash::testing::IsOk;
+using clash::testing::StatusIs;
 using ::testing::HasSubstr;
-
-// ---------------------------------------------------------------------------------------------
-// Status matchers (Debian's abseil has no status_matchers.h).
-
-MATCHER(IsOk, "is OK") {
-  if (arg.ok()) return true;
-  *result_listener << "status is " << arg.status();
-  return false;
-}
-
-MATCHER_P2(StatusIs, code, substring,
-           "has code " + absl::StatusCodeToString(code) + " and a message containing \"" +
-               std::string(substring) + "\"") {
-  const absl::Status& status = arg.status();
-  *result_listener << "status is " << status;
-  return status.code() == code && status.message().find(substring) != std::string_view::npos;
-}
+using testing::QuietOcct;
 
 // ---------------------------------------------------------------------------------------------
 // Fixture writers.
-
-// Detaches OCCT's default messenger printers (the writers print to stdout) for one scope.
-class QuietOcct {
- public:
-  QuietOcct() : messenger_(Message::DefaultMessenger()) {
-    saved_ = messenger_->Printers();
-    messenger_->ChangePrinters().Clear();
-  }
-  ~QuietOcct() { messenger_->ChangePrinters() = saved_; }
-  QuietOcct(const QuietOcct&) = delete;
-  QuietOcct& operator=(const QuietOcct&) = delete;
-
- private:
-  Handle(Message_Messenger) messenger_;
-  Message_SequenceOfPrinters saved_;
-};
 
 // Writes `shape` (modelled in mm) to STEP with `unit` as the file's length unit.
 // OCCT 7.6 captures "write.step.unit" when the writer is constructed: set it before, or the file
