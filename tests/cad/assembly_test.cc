@@ -67,6 +67,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::QuietOcct;
 
+// Each test gets a private scratch folder `dir_`.
+using AssemblyTest = testing::ScratchDirTest;
+
 // ---------------------------------------------------------------------------------------------
 // Geometry helpers.
 
@@ -178,21 +181,6 @@ void WriteAssemblyStep(const fs::path& path, const char* unit) {
   }
   app->Close(doc);
 }
-
-class AssemblyTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "clash_assembly_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  fs::path dir_;
-};
 
 // Expected world boxes of the generated assembly, by instance.
 Box3 ExpectedPlate() { return Box3{{0, 0, 0}, {kPlate[0], kPlate[1], kPlate[2]}}; }

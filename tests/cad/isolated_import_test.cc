@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "clash/cad/tessellate.h"
+#include "occt_fixtures.h"
 #include "testing/status_matchers.h"
 #include "worker_format.h"
 
@@ -50,31 +51,10 @@ using clash::testing::IsOk;
 using clash::testing::StatusIs;
 using Seconds = std::chrono::duration<double>;
 using ::testing::HasSubstr;
-
-// Writes `shape` to STEP in millimetres with OCCT's printers detached.
-void WriteStep(const TopoDS_Shape& shape, const fs::path& path) {
-  const Handle(Message_Messenger) messenger = Message::DefaultMessenger();
-  const Message_SequenceOfPrinters saved = messenger->Printers();
-  messenger->ChangePrinters().Clear();
-  STEPControl_Controller::Init();
-  STEPControl_Writer writer;
-  ASSERT_EQ(writer.Transfer(shape, STEPControl_AsIs), IFSelect_RetDone);
-  ASSERT_EQ(writer.Write(path.c_str()), IFSelect_RetDone);
-  messenger->ChangePrinters() = saved;
-}
-
-std::string ReadBytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void WriteBytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out << bytes;
-  ASSERT_TRUE(out.good());
-}
+using testing::MakeTempDir;
+using testing::ReadBytes;
+using testing::WriteBytes;
+using testing::WriteStep;
 
 void ExpectSameMesh(const MeshBuffers& a, const MeshBuffers& b) {
   EXPECT_EQ(a.xyz, b.xyz);  // exact: the format stores the doubles' bits
@@ -111,12 +91,6 @@ class ScopedEnv {
   const char* name_;
   std::optional<std::string> old_;
 };
-
-std::string MakeTempDir(const fs::path& base, const char* prefix) {
-  std::string pattern = (base / (std::string(prefix) + "XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr) return {};
-  return pattern;
-}
 
 class IsolatedImportTest : public ::testing::Test {
  protected:

@@ -57,48 +57,16 @@ using clash::testing::IsOk;
 using clash::testing::StatusIs;
 using ::testing::HasSubstr;
 using testing::QuietOcct;
+using testing::ReadBytes;
+using testing::WriteBytes;
+using testing::WriteIges;
+using testing::WriteStep;
+
+// Each test gets a private scratch folder `dir_`.
+using TessellateTest = testing::ScratchDirTest;
 
 // ---------------------------------------------------------------------------------------------
 // Fixture writers.
-
-// Writes `shape` (modelled in mm) to STEP with `unit` as the file's length unit.
-// OCCT 7.6 captures "write.step.unit" when the writer is constructed: set it before, or the file
-// claims the unit without its coordinates being converted.
-void WriteStep(const TopoDS_Shape& shape, const fs::path& path, const char* unit = "MM") {
-  QuietOcct quiet;
-  STEPControl_Controller::Init();
-  const std::string previous = Interface_Static::CVal("write.step.unit");
-  ASSERT_TRUE(Interface_Static::SetCVal("write.step.unit", unit));
-  STEPControl_Writer writer;
-  ASSERT_EQ(writer.Transfer(shape, STEPControl_AsIs), IFSelect_RetDone);
-  ASSERT_EQ(writer.Write(path.c_str()), IFSelect_RetDone);
-  Interface_Static::SetCVal("write.step.unit", previous.c_str());
-}
-
-// Writes `shape` to IGES; brep_mode false writes loose trimmed surfaces (OCCT's default), true
-// writes MSBO solids.
-void WriteIges(const TopoDS_Shape& shape, const fs::path& path, const char* unit = "MM",
-               bool brep_mode = false) {
-  QuietOcct quiet;
-  IGESControl_Controller::Init();
-  IGESControl_Writer writer(unit, brep_mode ? 1 : 0);
-  ASSERT_TRUE(writer.AddShape(shape));
-  writer.ComputeModel();
-  ASSERT_TRUE(writer.Write(path.c_str()));
-}
-
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void WriteText(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  ASSERT_TRUE(out.good());
-}
 
 // ---------------------------------------------------------------------------------------------
 // Mesh measurements.
@@ -191,21 +159,6 @@ constexpr double kBoxX = 10, kBoxY = 20, kBoxZ = 30;
 constexpr double kBoxVolume = kBoxX * kBoxY * kBoxZ;
 
 TopoDS_Shape MakeBox() { return BRepPrimAPI_MakeBox(kBoxX, kBoxY, kBoxZ).Shape(); }
-
-class TessellateTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "clash_cad_test_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  fs::path dir_;
-};
 
 void ExpectUnitBox(const MeshBuffers& mesh, double tol_mm) {
   ExpectWellFormed(mesh);
@@ -302,7 +255,7 @@ TEST_F(TessellateTest, StepInMetresComesBackInMillimetres) {
   const fs::path path = dir_ / "box_m.step";
   WriteStep(MakeBox(), path, "M");
   // The file really is in metres: SI metre without prefix, and the 30 mm edge stored as 0.03.
-  const std::string text = ReadText(path);
+  const std::string text = ReadBytes(path);
   ASSERT_THAT(text, HasSubstr("SI_UNIT($,.METRE.)"));
   ASSERT_THAT(text, HasSubstr("3.E-02"));
   ASSERT_THAT(text, ::testing::Not(HasSubstr(",30.)")));
@@ -314,7 +267,7 @@ TEST_F(TessellateTest, StepInMetresComesBackInMillimetres) {
 TEST_F(TessellateTest, IgesInMetresComesBackInMillimetres) {
   const fs::path path = dir_ / "box_m.igs";
   WriteIges(MakeBox(), path, "M");
-  ASSERT_THAT(ReadText(path), HasSubstr(",1HM,"));  // global section unit name: metre
+  ASSERT_THAT(ReadBytes(path), HasSubstr(",1HM,"));  // global section unit name: metre
   const absl::StatusOr<MeshBuffers> mesh = ReadAndTessellate(path, {});
   ASSERT_THAT(mesh, IsOk());
   ExpectUnitBox(*mesh, kUnitRoundTripTolMm);
@@ -444,7 +397,7 @@ TEST_F(TessellateTest, PrintsNothingToStdout) {
   const fs::path bad = dir_ / "bad.step";
   WriteStep(MakeBox(), step);
   WriteIges(MakeBox(), iges);
-  WriteText(bad, "ISO-10303-21;\nHEADER;\nthis is not STEP\n");
+  WriteBytes(bad, "ISO-10303-21;\nHEADER;\nthis is not STEP\n");
   ::testing::internal::CaptureStdout();
   const bool step_ok = ReadAndTessellate(step, {}).ok();
   const bool iges_ok = ReadAndTessellate(iges, {}).ok();
@@ -491,7 +444,7 @@ TEST_F(TessellateTest, DirectoryIsInvalidArgument) {
 
 TEST_F(TessellateTest, EmptyFileIsInvalidArgument) {
   const fs::path path = dir_ / "empty.step";
-  WriteText(path, "");
+  WriteBytes(path, "");
   EXPECT_THAT(ReadAndTessellate(path, {}), StatusIs(absl::StatusCode::kInvalidArgument, "read:"));
 }
 
@@ -500,21 +453,21 @@ TEST_F(TessellateTest, RandomBytesAreInvalidArgument) {
   std::mt19937 rng(20240601);  // fixed seed: the same bytes every run
   std::string bytes(4096, '\0');
   for (char& c : bytes) c = static_cast<char>(rng() & 0xFF);
-  WriteText(path, bytes);
+  WriteBytes(path, bytes);
   EXPECT_THAT(ReadAndTessellate(path, {}), StatusIs(absl::StatusCode::kInvalidArgument, "read:"));
   // The same garbage behind a valid STEP magic gets past sniffing and fails in OCCT's parser.
-  WriteText(path, "ISO-10303-21;\n" + bytes);
+  WriteBytes(path, "ISO-10303-21;\n" + bytes);
   EXPECT_THAT(ReadAndTessellate(path, {}), StatusIs(absl::StatusCode::kInvalidArgument, ""));
 }
 
 TEST_F(TessellateTest, TruncatedStepIsInvalidArgument) {
   const fs::path whole = dir_ / "box.step";
   WriteStep(MakeBox(), whole);
-  const std::string text = ReadText(whole);
+  const std::string text = ReadBytes(whole);
   for (double fraction : {0.1, 0.5, 0.9}) {
     SCOPED_TRACE(fraction);
     const fs::path path = dir_ / "truncated.step";
-    WriteText(path, text.substr(0, static_cast<std::size_t>(fraction * text.size())));
+    WriteBytes(path, text.substr(0, static_cast<std::size_t>(fraction * text.size())));
     const absl::StatusOr<MeshBuffers> mesh = ReadAndTessellate(path, {});
     ASSERT_FALSE(mesh.ok()) << "a truncated box gave " << mesh->face_ids.size() << " triangles";
     EXPECT_EQ(mesh.status().code(), absl::StatusCode::kInvalidArgument) << mesh.status();

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -75,18 +76,6 @@ bool WriteAll(int fd, std::string_view bytes) {
   return true;
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::error_code ec;
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes(static_cast<std::size_t>(size), '\0');
-  if (!in || !in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
-    return absl::InternalError(absl::StrCat("cannot read ", path));
-  }
-  return bytes;
-}
-
 }  // namespace
 
 std::string Sha256Hex(std::string_view bytes) {
@@ -138,7 +127,8 @@ std::string ImportCache::EntryPath(std::string_view key) const {
 absl::StatusOr<std::optional<MeshBuffers>> ImportCache::Load(std::string_view key) const {
   if (!IsKey(key)) return absl::InvalidArgumentError("import cache key must be 64 hex digits");
   const std::string path = EntryPath(key);
-  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+  absl::StatusOr<std::string> bytes =
+      internal::ReadEncodedFile(path, std::numeric_limits<std::size_t>::max());
   if (!bytes.ok()) return std::nullopt;  // a miss
   // Entry = encoded mesh + SHA-256 of it. Anything else is damage: drop the entry.
   bool ok = bytes->size() > kDigestBytes;

@@ -91,33 +91,6 @@ std::string ReadSmallFile(const std::string& path, std::size_t max_bytes) {
 }
 
 // Reads the whole result file if it is no larger than `max_bytes`.
-absl::StatusOr<std::string> ReadResultFile(const std::string& path, std::size_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError("malformed worker output: no result file");
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InternalError("malformed worker output: result is not a regular file");
-  }
-  const auto size = static_cast<std::size_t>(st.st_size);
-  if (size > max_bytes) {
-    close(fd);
-    return absl::InternalError(
-        absl::StrCat("malformed worker output: ", size, " bytes exceed the limit of ", max_bytes));
-  }
-  std::string bytes(size, '\0');
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t n = read(fd, bytes.data() + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  close(fd);
-  if (done != size) return absl::InternalError("malformed worker output: short read");
-  return bytes;
-}
-
 absl::Status ValidateLimits(const IsolationLimits& limits) {
   if (!(limits.wall_seconds > 0)) {
     return absl::InvalidArgumentError(
@@ -338,7 +311,8 @@ absl::StatusOr<MeshBuffers> ImportIsolated(const std::string& path,
     return absl::InvalidArgumentError(absl::StrCat("import worker exited with code ", exit_code,
                                                    " without a result reading ", file_name));
   }
-  absl::StatusOr<std::string> bytes = ReadResultFile(output_path, limits.max_output_bytes);
+  absl::StatusOr<std::string> bytes =
+      internal::ReadEncodedFile(output_path, limits.max_output_bytes);
   if (!bytes.ok()) return bytes.status();
   return internal::ParseWorkerOutput(*bytes, limits.max_output_bytes);
 }

@@ -1,6 +1,10 @@
 // Writer and parser of the worker result file; see worker_format.h for the layout.
 #include "worker_format.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <bit>
 #include <cerrno>
 #include <cmath>
@@ -271,6 +275,33 @@ absl::StatusOr<MeshBuffers> ParseWorkerOutput(std::string_view bytes, std::size_
   if (kind == kKindError) return ParseError(in);
   if (kind == kKindMesh) return ParseMesh(in);
   return Malformed(absl::StrCat("unknown record kind ", kind));
+}
+
+absl::StatusOr<std::string> ReadEncodedFile(const std::string& path, std::size_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError("malformed worker output: no result file");
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InternalError("malformed worker output: result is not a regular file");
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size > max_bytes) {
+    close(fd);
+    return absl::InternalError(
+        absl::StrCat("malformed worker output: ", size, " bytes exceed the limit of ", max_bytes));
+  }
+  std::string bytes(size, '\0');
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = read(fd, bytes.data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  close(fd);
+  if (done != size) return absl::InternalError("malformed worker output: short read");
+  return bytes;
 }
 
 }  // namespace clash::cad::internal

@@ -57,6 +57,12 @@ inline constexpr int kWorkerExitIoError = 74;
 [[nodiscard]] absl::StatusOr<MeshBuffers> ParseWorkerOutput(std::string_view bytes,
                                                             std::size_t max_bytes);
 
+/// Reads a whole file in this format (a worker's result or a cache entry) without trusting it:
+/// INTERNAL "malformed worker output: ..." when it is missing, not a regular file, larger than
+/// `max_bytes` or shorter than it claimed.
+[[nodiscard]] absl::StatusOr<std::string> ReadEncodedFile(const std::string& path,
+                                                          std::size_t max_bytes);
+
 }  // namespace clash::cad::internal
 
 #endif  // CLASH_CAD_SRC_WORKER_FORMAT_H_

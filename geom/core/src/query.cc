@@ -187,12 +187,12 @@ bool SurfacesIntersect(const Part& a, const RigidTransform& X_WA, const Part& b,
 
 IntersectionResult FindIntersections(const Part& a, const RigidTransform& X_WA, const Part& b,
                                      const RigidTransform& X_WB, std::size_t max_pairs) {
-  const PairFrame f(a, X_WA, b, X_WB);
   IntersectionResult r;
   if (max_pairs == 0) {
     r.truncated = SurfacesIntersect(a, X_WA, b, X_WB);
     return r;
   }
+  const PairFrame f(a, X_WA, b, X_WB);
   ForOverlappingLeaves(f, [&](const BvhNode& na, const BvhNode& nb) {
     return ForCrossingTriangles(f, na, nb,
                                 [&](uint32_t ia, uint32_t jb, const TriangleIntersection& x) {
