@@ -49,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "clash/cad/tessellate.h"
+#include "clash/geom/aabb.h"
 #include "occt_fixtures.h"
 #include "testing/status_matchers.h"
 
@@ -73,14 +74,8 @@ using AssemblyTest = testing::ScratchDirTest;
 // ---------------------------------------------------------------------------------------------
 // Geometry helpers.
 
-struct Box3 {
-  std::array<double, 3> min{std::numeric_limits<double>::infinity(),
-                            std::numeric_limits<double>::infinity(),
-                            std::numeric_limits<double>::infinity()};
-  std::array<double, 3> max{-std::numeric_limits<double>::infinity(),
-                            -std::numeric_limits<double>::infinity(),
-                            -std::numeric_limits<double>::infinity()};
-};
+// Bounds in mm (empty until points are added).
+using Box3 = clash::geom::Aabb;
 
 // The box of a part's mesh moved by `placement` into the world frame.
 Box3 WorldBox(const MeshBuffers& mesh, const Placement& placement) {

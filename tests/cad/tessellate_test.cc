@@ -41,6 +41,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "clash/geom/aabb.h"
 #include "occt_fixtures.h"
 #include "testing/status_matchers.h"
 
@@ -66,19 +67,10 @@ using testing::WriteStep;
 using TessellateTest = testing::ScratchDirTest;
 
 // ---------------------------------------------------------------------------------------------
-// Fixture writers.
-
-// ---------------------------------------------------------------------------------------------
 // Mesh measurements.
 
-struct Bounds {
-  std::array<double, 3> min{std::numeric_limits<double>::infinity(),
-                            std::numeric_limits<double>::infinity(),
-                            std::numeric_limits<double>::infinity()};
-  std::array<double, 3> max{-std::numeric_limits<double>::infinity(),
-                            -std::numeric_limits<double>::infinity(),
-                            -std::numeric_limits<double>::infinity()};
-};
+// Bounds in mm (empty until points are added).
+using Bounds = clash::geom::Aabb;
 
 Bounds BoundsOf(const MeshBuffers& mesh) {
   Bounds b;
