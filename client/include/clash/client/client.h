@@ -1,0 +1,106 @@
+// The C++ client of clashd: one call per RPC, absl::StatusOr results, a default deadline per
+// kind of call, and retries with exponential backoff for idempotent calls that failed with
+// UNAVAILABLE or RESOURCE_EXHAUSTED. Listing calls follow every page.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "clash/v1/parts.grpc.pb.h"
+#include "clash/v1/queries.grpc.pb.h"
+#include "clash/v1/scenes.grpc.pb.h"
+#include "grpcpp/channel.h"
+
+namespace clash::client {
+
+struct ClientOptions {
+  /// Server address, "host:port".
+  std::string target = "127.0.0.1:50051";
+  /// Default deadlines: reads and edits, queries, imports and uploads.
+  std::chrono::milliseconds edit_timeout{30'000};
+  std::chrono::milliseconds query_timeout{60'000};
+  std::chrono::milliseconds import_timeout{600'000};
+  /// Attempts of an idempotent call (1: no retry) and the first backoff (doubled each time,
+  /// with jitter, capped at 5 s).
+  int max_attempts = 4;
+  std::chrono::milliseconds initial_backoff{100};
+  /// Bytes per ImportCad chunk.
+  std::size_t chunk_bytes = std::size_t{1} << 20;
+  /// Largest message the client accepts.
+  int max_message_bytes = 256 << 20;
+};
+
+/// Upload progress: bytes sent so far and the file size.
+using ProgressFn = std::function<void(uint64_t sent, uint64_t total)>;
+
+/// Serving status from grpc.health.v1.
+enum class Health { kServing, kNotServing, kUnknown };
+
+class Client {
+ public:
+  /// A client on a new channel to options.target (plaintext).
+  [[nodiscard]] static std::unique_ptr<Client> Connect(const ClientOptions& options);
+  /// A client on an existing channel (in-process servers, custom credentials).
+  [[nodiscard]] static std::unique_ptr<Client> FromChannel(std::shared_ptr<grpc::Channel> channel,
+                                                           const ClientOptions& options = {});
+
+  // Parts.
+  /// Streams the file at `path` and imports it. Not retried (the upload is a stream).
+  [[nodiscard]] absl::StatusOr<v1::ImportCadResponse> ImportCad(
+      const std::string& path, const v1::TessellationOptions& options = {}, bool strict = false,
+      const ProgressFn& progress = {});
+  [[nodiscard]] absl::StatusOr<v1::Part> UploadMesh(const v1::UploadMeshRequest& request);
+  [[nodiscard]] absl::StatusOr<v1::Part> GetPart(const std::string& part_id);
+  [[nodiscard]] absl::StatusOr<std::vector<v1::Part>> ListParts();
+  [[nodiscard]] absl::StatusOr<v1::Assembly> GetAssembly(const std::string& assembly_id);
+
+  // Scenes.
+  [[nodiscard]] absl::StatusOr<v1::Scene> CreateScene(const std::string& name);
+  [[nodiscard]] absl::StatusOr<v1::Scene> GetScene(const std::string& scene_id);
+  [[nodiscard]] absl::StatusOr<std::vector<v1::Scene>> ListScenes();
+  [[nodiscard]] absl::Status DeleteScene(const std::string& scene_id);
+  [[nodiscard]] absl::StatusOr<v1::AddInstancesResponse> AddInstances(
+      const v1::AddInstancesRequest& request);
+  [[nodiscard]] absl::StatusOr<std::vector<v1::Instance>> ListInstances(
+      const std::string& scene_id);
+  [[nodiscard]] absl::StatusOr<uint64_t> SetPoses(const v1::SetPosesRequest& request);
+  [[nodiscard]] absl::StatusOr<uint64_t> RemoveInstances(const v1::RemoveInstancesRequest& request);
+  [[nodiscard]] absl::StatusOr<uint64_t> SetInstancesEnabled(
+      const v1::SetInstancesEnabledRequest& request);
+  [[nodiscard]] absl::StatusOr<uint64_t> SetGroup(const v1::SetGroupRequest& request);
+
+  // Queries.
+  /// Every page of the answer, merged (FAILED_PRECONDITION if the scene changes meanwhile).
+  [[nodiscard]] absl::StatusOr<v1::InterferenceResponse> CheckInterference(
+      v1::InterferenceRequest request);
+  [[nodiscard]] absl::StatusOr<v1::DistanceResponse> ComputeDistance(
+      const v1::DistanceRequest& request);
+  [[nodiscard]] absl::StatusOr<v1::PickResponse> PickRays(const v1::PickRequest& request);
+
+  /// grpc.health.v1 status of `service` ("" for the whole server).
+  [[nodiscard]] absl::StatusOr<Health> CheckHealth(const std::string& service = "");
+
+  [[nodiscard]] const ClientOptions& options() const { return options_; }
+
+ private:
+  Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
+  template <class Request, class Response, class Method>
+  absl::StatusOr<Response> Call(Method method, const Request& request,
+                                std::chrono::milliseconds timeout, bool idempotent);
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::PartService::Stub> parts_;
+  std::unique_ptr<v1::SceneService::Stub> scenes_;
+  std::unique_ptr<v1::QueryService::Stub> queries_;
+};
+
+/// The absl status of a gRPC status (same code and message).
+[[nodiscard]] absl::Status FromGrpc(const grpc::Status& status);
+
+}  // namespace clash::client

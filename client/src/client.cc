@@ -1,0 +1,291 @@
+#include "clash/client/client.h"
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace clash::client {
+namespace {
+
+bool Retryable(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::RESOURCE_EXHAUSTED;
+}
+
+void SetDeadline(grpc::ClientContext* ctx, std::chrono::system_clock::time_point deadline) {
+  ctx->set_deadline(deadline);
+}
+
+}  // namespace
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return {static_cast<absl::StatusCode>(status.error_code()), status.error_message()};
+}
+
+std::unique_ptr<Client> Client::Connect(const ClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  auto channel =
+      grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
+  return FromChannel(std::move(channel), options);
+}
+
+std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> channel,
+                                            const ClientOptions& options) {
+  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
+    : options_(options),
+      channel_(std::move(channel)),
+      parts_(v1::PartService::NewStub(channel_)),
+      scenes_(v1::SceneService::NewStub(channel_)),
+      queries_(v1::QueryService::NewStub(channel_)) {}
+
+template <class Request, class Response, class Method>
+absl::StatusOr<Response> Client::Call(Method method, const Request& request,
+                                      std::chrono::milliseconds timeout, bool idempotent) {
+  const auto deadline = std::chrono::system_clock::now() + timeout;
+  const int attempts = idempotent ? std::max(1, options_.max_attempts) : 1;
+  std::chrono::milliseconds backoff = options_.initial_backoff;
+  std::mt19937 jitter(std::random_device{}());
+  grpc::Status status;
+  for (int attempt = 1;; ++attempt) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, deadline);
+    Response response;
+    status = method(&ctx, request, &response);
+    if (status.ok()) return response;
+    if (attempt >= attempts || !Retryable(status.error_code())) break;
+    // Full jitter: sleep a random time up to the backoff, never past the deadline.
+    const auto sleep = std::chrono::milliseconds(
+        std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(jitter));
+    if (std::chrono::system_clock::now() + sleep >= deadline) break;
+    std::this_thread::sleep_for(sleep);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+  return FromGrpc(status);
+}
+
+#define CLASH_BIND(stub, name) \
+  [this](grpc::ClientContext* c, const auto& req, auto* resp) { return stub->name(c, req, resp); }
+
+absl::StatusOr<v1::ImportCadResponse> Client::ImportCad(const std::string& path,
+                                                        const v1::TessellationOptions& options,
+                                                        bool strict, const ProgressFn& progress) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  in.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, std::chrono::system_clock::now() + options_.import_timeout);
+  v1::ImportCadResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::ImportCadRequest>> writer =
+      parts_->ImportCad(&ctx, &response);
+  v1::ImportCadRequest msg;
+  v1::ImportCadHeader* header = msg.mutable_header();
+  const std::size_t slash = path.find_last_of('/');
+  header->set_file_name(slash == std::string::npos ? path : path.substr(slash + 1));
+  header->set_size_bytes(size);
+  *header->mutable_tessellation() = options;
+  header->set_strict(strict);
+  bool ok = writer->Write(msg);
+  std::string buffer(options_.chunk_bytes, '\0');
+  uint64_t sent = 0;
+  while (ok && sent < size) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const std::streamsize n = in.gcount();
+    if (n <= 0) break;
+    msg.Clear();
+    msg.set_chunk(buffer.data(), static_cast<std::size_t>(n));
+    ok = writer->Write(msg);
+    sent += static_cast<uint64_t>(n);
+    if (progress) progress(sent, size);
+  }
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<v1::Part> Client::UploadMesh(const v1::UploadMeshRequest& request) {
+  // Content-addressed: repeating an upload stores nothing twice, so it is idempotent.
+  return Call<v1::UploadMeshRequest, v1::Part>(CLASH_BIND(parts_, UploadMesh), request,
+                                               options_.import_timeout, true);
+}
+
+absl::StatusOr<v1::Part> Client::GetPart(const std::string& part_id) {
+  v1::GetPartRequest request;
+  request.set_part_id(part_id);
+  return Call<v1::GetPartRequest, v1::Part>(CLASH_BIND(parts_, GetPart), request,
+                                            options_.edit_timeout, true);
+}
+
+absl::StatusOr<std::vector<v1::Part>> Client::ListParts() {
+  std::vector<v1::Part> out;
+  v1::ListPartsRequest request;
+  request.set_page_size(1000);
+  for (;;) {
+    absl::StatusOr<v1::ListPartsResponse> page = Call<v1::ListPartsRequest, v1::ListPartsResponse>(
+        CLASH_BIND(parts_, ListParts), request, options_.edit_timeout, true);
+    if (!page.ok()) return page.status();
+    out.insert(out.end(), page->parts().begin(), page->parts().end());
+    if (page->next_page_token().empty()) return out;
+    request.set_page_token(page->next_page_token());
+  }
+}
+
+absl::StatusOr<v1::Assembly> Client::GetAssembly(const std::string& assembly_id) {
+  v1::GetAssemblyRequest request;
+  request.set_assembly_id(assembly_id);
+  return Call<v1::GetAssemblyRequest, v1::Assembly>(CLASH_BIND(parts_, GetAssembly), request,
+                                                    options_.edit_timeout, true);
+}
+
+absl::StatusOr<v1::Scene> Client::CreateScene(const std::string& name) {
+  v1::CreateSceneRequest request;
+  request.set_name(name);
+  return Call<v1::CreateSceneRequest, v1::Scene>(CLASH_BIND(scenes_, CreateScene), request,
+                                                 options_.edit_timeout, false);
+}
+
+absl::StatusOr<v1::Scene> Client::GetScene(const std::string& scene_id) {
+  v1::GetSceneRequest request;
+  request.set_scene_id(scene_id);
+  return Call<v1::GetSceneRequest, v1::Scene>(CLASH_BIND(scenes_, GetScene), request,
+                                              options_.edit_timeout, true);
+}
+
+absl::StatusOr<std::vector<v1::Scene>> Client::ListScenes() {
+  std::vector<v1::Scene> out;
+  v1::ListScenesRequest request;
+  request.set_page_size(1000);
+  for (;;) {
+    absl::StatusOr<v1::ListScenesResponse> page =
+        Call<v1::ListScenesRequest, v1::ListScenesResponse>(CLASH_BIND(scenes_, ListScenes),
+                                                            request, options_.edit_timeout, true);
+    if (!page.ok()) return page.status();
+    out.insert(out.end(), page->scenes().begin(), page->scenes().end());
+    if (page->next_page_token().empty()) return out;
+    request.set_page_token(page->next_page_token());
+  }
+}
+
+absl::Status Client::DeleteScene(const std::string& scene_id) {
+  v1::DeleteSceneRequest request;
+  request.set_scene_id(scene_id);
+  return Call<v1::DeleteSceneRequest, v1::DeleteSceneResponse>(
+             CLASH_BIND(scenes_, DeleteScene), request, options_.edit_timeout, false)
+      .status();
+}
+
+absl::StatusOr<v1::AddInstancesResponse> Client::AddInstances(
+    const v1::AddInstancesRequest& request) {
+  return Call<v1::AddInstancesRequest, v1::AddInstancesResponse>(
+      CLASH_BIND(scenes_, AddInstances), request, options_.edit_timeout, false);
+}
+
+absl::StatusOr<std::vector<v1::Instance>> Client::ListInstances(const std::string& scene_id) {
+  std::vector<v1::Instance> out;
+  v1::ListInstancesRequest request;
+  request.set_scene_id(scene_id);
+  request.set_page_size(10000);
+  for (;;) {
+    absl::StatusOr<v1::ListInstancesResponse> page =
+        Call<v1::ListInstancesRequest, v1::ListInstancesResponse>(
+            CLASH_BIND(scenes_, ListInstances), request, options_.edit_timeout, true);
+    if (!page.ok()) return page.status();
+    out.insert(out.end(), page->instances().begin(), page->instances().end());
+    if (page->next_page_token().empty()) return out;
+    request.set_page_token(page->next_page_token());
+  }
+}
+
+absl::StatusOr<uint64_t> Client::SetPoses(const v1::SetPosesRequest& request) {
+  auto r = Call<v1::SetPosesRequest, v1::SceneUpdateResponse>(CLASH_BIND(scenes_, SetPoses),
+                                                              request, options_.edit_timeout, true);
+  if (!r.ok()) return r.status();
+  return r->scene_version();
+}
+
+absl::StatusOr<uint64_t> Client::RemoveInstances(const v1::RemoveInstancesRequest& request) {
+  auto r = Call<v1::RemoveInstancesRequest, v1::SceneUpdateResponse>(
+      CLASH_BIND(scenes_, RemoveInstances), request, options_.edit_timeout, false);
+  if (!r.ok()) return r.status();
+  return r->scene_version();
+}
+
+absl::StatusOr<uint64_t> Client::SetInstancesEnabled(
+    const v1::SetInstancesEnabledRequest& request) {
+  auto r = Call<v1::SetInstancesEnabledRequest, v1::SceneUpdateResponse>(
+      CLASH_BIND(scenes_, SetInstancesEnabled), request, options_.edit_timeout, true);
+  if (!r.ok()) return r.status();
+  return r->scene_version();
+}
+
+absl::StatusOr<uint64_t> Client::SetGroup(const v1::SetGroupRequest& request) {
+  auto r = Call<v1::SetGroupRequest, v1::SceneUpdateResponse>(CLASH_BIND(scenes_, SetGroup),
+                                                              request, options_.edit_timeout, true);
+  if (!r.ok()) return r.status();
+  return r->scene_version();
+}
+
+absl::StatusOr<v1::InterferenceResponse> Client::CheckInterference(
+    v1::InterferenceRequest request) {
+  v1::InterferenceResponse all;
+  for (bool first = true;; first = false) {
+    absl::StatusOr<v1::InterferenceResponse> page =
+        Call<v1::InterferenceRequest, v1::InterferenceResponse>(
+            CLASH_BIND(queries_, CheckInterference), request, options_.query_timeout, true);
+    if (!page.ok()) return page.status();
+    if (first) {
+      all = std::move(*page);
+    } else {
+      for (v1::Clash& c : *page->mutable_clashes()) *all.add_clashes() = std::move(c);
+      all.set_next_page_token(page->next_page_token());
+    }
+    if (all.next_page_token().empty()) return all;
+    request.set_page_token(all.next_page_token());
+    all.clear_next_page_token();
+  }
+}
+
+absl::StatusOr<v1::DistanceResponse> Client::ComputeDistance(const v1::DistanceRequest& request) {
+  return Call<v1::DistanceRequest, v1::DistanceResponse>(CLASH_BIND(queries_, ComputeDistance),
+                                                         request, options_.query_timeout, true);
+}
+
+absl::StatusOr<v1::PickResponse> Client::PickRays(const v1::PickRequest& request) {
+  return Call<v1::PickRequest, v1::PickResponse>(CLASH_BIND(queries_, PickRays), request,
+                                                 options_.query_timeout, true);
+}
+
+absl::StatusOr<Health> Client::CheckHealth(const std::string& service) {
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  auto r = Call<grpc::health::v1::HealthCheckRequest, grpc::health::v1::HealthCheckResponse>(
+      [&stub](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return stub->Check(c, req, resp);
+      },
+      request, std::chrono::milliseconds(5000), true);
+  if (!r.ok()) return r.status();
+  switch (r->status()) {
+    case grpc::health::v1::HealthCheckResponse::SERVING:
+      return Health::kServing;
+    case grpc::health::v1::HealthCheckResponse::NOT_SERVING:
+      return Health::kNotServing;
+    default:
+      return Health::kUnknown;
+  }
+}
+
+}  // namespace clash::client
