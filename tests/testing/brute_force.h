@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "clash/geom/aabb.h"
 #include "clash/geom/part.h"
 #include "clash/geom/query.h"
 #include "clash/geom/triangle.h"
@@ -54,6 +55,29 @@ inline double BruteDistance(const geom::Part& a, const geom::RigidTransform& X_W
     for (const auto& y : tb) best = std::min(best, geom::DistanceTriangles(x, y).distance);
   }
   return best;
+}
+
+/// The nearest triangle to p over all triangles (part frame): (distance, triangle).
+inline std::pair<double, uint32_t> BruteClosestPoint(const geom::TriangleMesh& m,
+                                                     const geom::Vec3& p) {
+  std::pair<double, uint32_t> best{std::numeric_limits<double>::infinity(), 0};
+  for (uint32_t i = 0; i < m.num_triangles(); ++i) {
+    const double d = (p - geom::ClosestPointOnTriangle(p, m.triangle(i))).norm();
+    if (d < best.first) best = {d, i};
+  }
+  return best;
+}
+
+/// Every unordered pair {i, j} (i < j) of boxes that overlap.
+inline std::vector<std::pair<std::size_t, std::size_t>> BruteOverlappingPairs(
+    const std::vector<geom::Aabb>& boxes) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    for (std::size_t j = i + 1; j < boxes.size(); ++j) {
+      if (boxes[i].Overlaps(boxes[j])) out.emplace_back(i, j);
+    }
+  }
+  return out;
 }
 
 /// Closest ray hit over all triangles (ray in the part frame): (t, triangle).
