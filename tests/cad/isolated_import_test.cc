@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "assembly_fixtures.h"
 #include "clash/cad/tessellate.h"
 #include "occt_fixtures.h"
 #include "testing/status_matchers.h"
@@ -50,25 +51,12 @@ namespace fs = std::filesystem;
 using clash::testing::IsOk;
 using clash::testing::StatusIs;
 using Seconds = std::chrono::duration<double>;
+using testing::ExpectSameMesh;
 using ::testing::HasSubstr;
 using testing::MakeTempDir;
 using testing::ReadBytes;
 using testing::WriteBytes;
 using testing::WriteStep;
-
-void ExpectSameMesh(const MeshBuffers& a, const MeshBuffers& b) {
-  EXPECT_EQ(a.xyz, b.xyz);  // exact: the format stores the doubles' bits
-  EXPECT_EQ(a.triangles, b.triangles);
-  EXPECT_EQ(a.face_ids, b.face_ids);
-  EXPECT_EQ(a.faces_total, b.faces_total);
-  EXPECT_EQ(a.faces_meshed, b.faces_meshed);
-  EXPECT_EQ(a.faces_reversed, b.faces_reversed);
-  EXPECT_EQ(a.roots_total, b.roots_total);
-  EXPECT_EQ(a.roots_transferred, b.roots_transferred);
-  EXPECT_EQ(a.load_failures, b.load_failures);
-  EXPECT_EQ(a.load_warnings, b.load_warnings);
-  EXPECT_EQ(a.deflection_mm, b.deflection_mm);
-}
 
 // Sets an environment variable for one scope (tests only; never while workers are starting).
 class ScopedEnv {
