@@ -1,4 +1,4 @@
-// Tests for clash::cad::ReadAssembly.
+// Tests for clash::cad::ReadAssembly and CheckImportComplete.
 //
 // The generated fixture (assembly_fixtures.h) is an XCAF document built with OCCT itself, written
 // to STEP and read back, so the parts, paths and world boxes are known by construction. Real files
@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "assembly_fixtures.h"
 #include "clash/cad/tessellate.h"
 #include "testing/status_matchers.h"
@@ -155,6 +156,76 @@ TEST_F(AssemblyTest, InvalidOptionsAreRejected) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Strict mode.
+
+TEST_F(AssemblyTest, CompleteImportPassesTheStrictCheck) {
+  const fs::path path = dir_ / "plate_bolts.step";
+  WriteAssemblyStep(path);
+  const absl::StatusOr<ImportedAssembly> assembly = ReadAssembly(path, {});
+  ASSERT_THAT(assembly, IsOk());
+  EXPECT_THAT(CheckImportComplete(*assembly), IsOk());
+  // Warnings and part definitions without faces are reported, not losses.
+  ImportedAssembly warned = *assembly;
+  warned.load_warnings = 4;
+  warned.empty_parts = 2;
+  EXPECT_THAT(CheckImportComplete(warned), IsOk());
+}
+
+TEST_F(AssemblyTest, StrictCheckNamesWhatWasLost) {
+  const fs::path path = dir_ / "plate_bolts.step";
+  WriteAssemblyStep(path);
+  const absl::StatusOr<ImportedAssembly> complete = ReadAssembly(path, {});
+  ASSERT_THAT(complete, IsOk());
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  const std::size_t bolt = static_cast<std::size_t>(complete->instances[1].part);
+  const int bolt_faces = complete->parts[bolt].mesh.faces_total;
+  ASSERT_GE(bolt_faces, 3);
+
+  ImportedAssembly lost_faces = *complete;
+  lost_faces.parts[bolt].mesh.faces_meshed = bolt_faces - 2;
+  EXPECT_THAT(CheckImportComplete(lost_faces),
+              StatusIs(kInvalid, absl::StrCat("incomplete import: 2 of ", bolt_faces,
+                                              " faces of part 'bolt' not meshed")));
+
+  ImportedAssembly lost_root = *complete;
+  lost_root.roots_total = 3;
+  EXPECT_THAT(CheckImportComplete(lost_root),
+              StatusIs(kInvalid, "incomplete import: 2 of 3 roots not transferred"));
+
+  ImportedAssembly failed = *complete;
+  failed.load_failures = 1;
+  EXPECT_THAT(CheckImportComplete(failed),
+              StatusIs(kInvalid, "incomplete import: 1 entity failed to load"));
+
+  // Everything at once, in a fixed order; past five parts the rest are counted.
+  ImportedAssembly all = lost_faces;
+  all.roots_total = 3;
+  all.load_failures = 57;
+  const AssemblyPart bolt_part = all.parts[bolt];
+  for (int i = 0; i < 6; ++i) all.parts.push_back(bolt_part);
+  const absl::Status status = CheckImportComplete(all);
+  EXPECT_THAT(status, StatusIs(kInvalid,
+                               "incomplete import: 2 of 3 roots not transferred; 57 "
+                               "entities failed to load; 2 of "));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("; 2 more parts with faces not meshed"));
+}
+
+TEST(StrictCheck, SingleMesh) {
+  MeshBuffers mesh;
+  mesh.roots_total = 1;
+  mesh.roots_transferred = 1;
+  mesh.faces_total = 40;
+  mesh.faces_meshed = 40;
+  mesh.load_warnings = 3;
+  EXPECT_THAT(CheckImportComplete(mesh), IsOk());
+  mesh.faces_meshed = 38;
+  mesh.load_failures = 2;
+  EXPECT_THAT(CheckImportComplete(mesh),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "incomplete import: 2 entities failed to load; 2 of 40 faces not meshed"));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Real files.
 
 fs::path DataFile(const char* name) { return fs::path(CLASH_CAD_DATA_DIR) / name; }
@@ -172,6 +243,7 @@ TEST(RealAssemblies, As1HasFivePartsAndEighteenInstances) {
   ASSERT_EQ(assembly->parts.size(), 5u);
   ASSERT_EQ(assembly->instances.size(), 18u);
   EXPECT_EQ(assembly->load_failures, 0);
+  EXPECT_THAT(CheckImportComplete(*assembly), IsOk());
 
   std::set<std::string> part_names;
   for (const AssemblyPart& part : assembly->parts) part_names.insert(part.name);
