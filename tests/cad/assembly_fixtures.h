@@ -228,4 +228,32 @@ inline void ExpectSameMesh(const MeshBuffers& a, const MeshBuffers& b) {
   EXPECT_EQ(a.deflection_mm, b.deflection_mm);
 }
 
+/// Expects two assemblies to be the same: report, parts (names and meshes to the bit) and
+/// instances (paths, names, parts, placements to the bit, colours).
+inline void ExpectSameAssembly(const ImportedAssembly& a, const ImportedAssembly& b) {
+  EXPECT_EQ(a.roots_total, b.roots_total);
+  EXPECT_EQ(a.roots_transferred, b.roots_transferred);
+  EXPECT_EQ(a.load_failures, b.load_failures);
+  EXPECT_EQ(a.load_warnings, b.load_warnings);
+  EXPECT_EQ(a.empty_parts, b.empty_parts);
+  ASSERT_EQ(a.parts.size(), b.parts.size());
+  for (std::size_t i = 0; i < a.parts.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "part " << i << " '" << a.parts[i].name << "'");
+    EXPECT_EQ(a.parts[i].name, b.parts[i].name);
+    ExpectSameMesh(a.parts[i].mesh, b.parts[i].mesh);
+  }
+  ASSERT_EQ(a.instances.size(), b.instances.size());
+  for (std::size_t i = 0; i < a.instances.size(); ++i) {
+    const AssemblyInstance& x = a.instances[i];
+    const AssemblyInstance& y = b.instances[i];
+    SCOPED_TRACE(::testing::Message() << "instance " << i << " " << x.path);
+    EXPECT_EQ(x.path, y.path);
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.part, y.part);
+    EXPECT_EQ(x.placement.rotation, y.placement.rotation);
+    EXPECT_EQ(x.placement.translation_mm, y.placement.translation_mm);
+    EXPECT_EQ(x.color_rgb, y.color_rgb);
+  }
+}
+
 }  // namespace clash::cad::testing

@@ -155,7 +155,7 @@ absl::StatusOr<std::optional<MeshBuffers>> ImportCache::Load(std::string_view ke
 
 absl::Status ImportCache::Store(std::string_view key, const MeshBuffers& mesh) const {
   if (!IsKey(key)) return absl::InvalidArgumentError("import cache key must be 64 hex digits");
-  std::string bytes = internal::EncodeWorkerOutput(mesh);
+  std::string bytes = internal::EncodeWorkerOutput<MeshBuffers>(mesh);
   Sha256 h;
   h.Update(bytes);
   const auto digest = h.Finish();
