@@ -210,6 +210,18 @@ inline void CheckGeneratedAssembly(const ImportedAssembly& assembly) {
   EXPECT_FALSE(bolt1.color_rgb.has_value());
 }
 
+/// A scratch folder `dir_` holding the generated assembly as `step_` (in mm).
+class GeneratedAssemblyTest : public ScratchDirTest {
+ protected:
+  void SetUp() override {
+    ScratchDirTest::SetUp();
+    step_ = dir_ / "plate_bolts.step";
+    WriteAssemblyStep(step_);
+  }
+
+  std::filesystem::path step_;
+};
+
 // ---------------------------------------------------------------------------------------------
 // Comparisons.
 
