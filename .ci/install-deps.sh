@@ -18,8 +18,9 @@ PACKAGES=(
   libocct-data-exchange-dev libocct-ocaf-dev occt-misc
   # SHA-256 for the import cache
   libssl-dev
-  # service
+  # service, and its command-line tools (clash-import): CLI11 flags, nlohmann-json output
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libcli11-dev nlohmann-json3-dev
 )
 
 missing=()

@@ -5,16 +5,22 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "assembly_fixtures.h"
+#include "clash/cad/assembly.h"
+#include "occt_fixtures.h"
 #include "testing/status_matchers.h"
 
 namespace clash::cad {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::IsOk;
-using testing::StatusIs;
+using clash::testing::IsOk;
+using clash::testing::StatusIs;
 
 // OCCT leaks its one-time registrations; only leaks inside libTK* are ignored.
 extern "C" const char* __lsan_default_suppressions() { return "leak:/libTK\n"; }
@@ -67,6 +73,9 @@ TEST(ImportCacheKeys, DependOnContentAndOptions) {
   angle.angular_deflection_rad = std::nextafter(o.angular_deflection_rad, 1.0);
   EXPECT_NE(ImportCacheKey(h, o), ImportCacheKey(h, angle));
   EXPECT_NE(ImportCacheKey(h, o), ImportCacheKey(Sha256Hex("other file"), o));
+  // Meshes and assemblies of the same file and options are separate entries.
+  EXPECT_EQ(ImportCacheKey(h, o), ImportCacheKey(h, o, ImportKind::kMesh));
+  EXPECT_NE(ImportCacheKey(h, o, ImportKind::kMesh), ImportCacheKey(h, o, ImportKind::kAssembly));
 }
 
 TEST_F(ImportCacheTest, SecondImportComesFromTheCacheWithoutAWorker) {
@@ -166,6 +175,140 @@ TEST_F(ImportCacheTest, BadKeysFoldersAndFilesGiveClearErrors) {
   int entries = 0;
   for (const auto& e : fs::directory_iterator(dir_)) entries += e.path().extension() == ".clshmesh";
   EXPECT_EQ(entries, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Assemblies.
+
+// The generated assembly `step_`, a cache folder and limits with and without a worker.
+class AssemblyCacheTest : public testing::GeneratedAssemblyTest {
+ protected:
+  void SetUp() override {
+    GeneratedAssemblyTest::SetUp();
+    cache_dir_ = dir_ / "cache";
+    limits_.worker_path = CLASH_CAD_WORKER_PATH;
+    limits_.wall_seconds = 60;
+    no_worker_.worker_path = "/nonexistent/clash-cad-worker";
+  }
+
+  // Entry files in the cache folder with this extension.
+  std::vector<fs::path> Entries(const std::string& extension) const {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(cache_dir_)) {
+      if (e.path().extension() == extension) out.push_back(e.path());
+    }
+    return out;
+  }
+
+  fs::path cache_dir_;
+  IsolationLimits limits_;
+  IsolationLimits no_worker_;  // only a cache hit can succeed with these
+};
+
+TEST_F(AssemblyCacheTest, SecondImportComesFromTheCacheWithoutAWorker) {
+  auto cache = ImportCache::Open(cache_dir_.string());
+  ASSERT_THAT(cache, IsOk());
+  auto first = ImportAssemblyWithCache(step_, {}, limits_, *cache);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_FALSE(first->from_cache);
+  EXPECT_TRUE(first->stored);
+  testing::CheckGeneratedAssembly(first->assembly);
+  auto file_hash = Sha256OfFile(step_);
+  ASSERT_THAT(file_hash, IsOk());
+  EXPECT_EQ(first->key, ImportCacheKey(*file_hash, {}, ImportKind::kAssembly));
+  const std::vector<fs::path> entries = Entries(".clshasm");
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].filename().string(), first->key + ".clshasm");
+  EXPECT_EQ(std::distance(fs::directory_iterator(cache_dir_), fs::directory_iterator()), 1)
+      << "no temporary file may be left";
+
+  EXPECT_THAT(ImportAssemblyIsolated(step_, {}, no_worker_),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "cannot be started"));
+  auto second = ImportAssemblyWithCache(step_, {}, no_worker_, *cache);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_TRUE(second->from_cache);
+  EXPECT_FALSE(second->stored);
+  EXPECT_EQ(second->key, first->key);
+  testing::ExpectSameAssembly(second->assembly, first->assembly);
+
+  // The whole-file mesh of the same file is another entry, and neither is read as the other.
+  auto mesh = ImportWithCache(step_, {}, limits_, *cache);
+  ASSERT_THAT(mesh, IsOk());
+  EXPECT_FALSE(mesh->from_cache);
+  EXPECT_NE(mesh->key, first->key);
+  EXPECT_EQ(Entries(".clshmesh").size(), 1u);
+  auto as_assembly = cache->LoadAssembly(mesh->key);
+  ASSERT_THAT(as_assembly, IsOk());
+  EXPECT_FALSE(as_assembly->has_value());
+  auto as_mesh = cache->Load(first->key);
+  ASSERT_THAT(as_mesh, IsOk());
+  EXPECT_FALSE(as_mesh->has_value());
+  EXPECT_EQ(Entries(".clshmesh").size() + Entries(".clshasm").size(), 2u) << "nothing dropped";
+  auto mesh_again = ImportWithCache(step_, {}, no_worker_, *cache);
+  ASSERT_THAT(mesh_again, IsOk());
+  EXPECT_TRUE(mesh_again->from_cache);
+}
+
+TEST_F(AssemblyCacheTest, DamagedAssemblyEntriesAreDetectedAndRebuilt) {
+  auto cache = ImportCache::Open(cache_dir_.string());
+  ASSERT_THAT(cache, IsOk());
+  auto first = ImportAssemblyWithCache(step_, {}, limits_, *cache);
+  ASSERT_THAT(first, IsOk());
+  const fs::path entry = cache_dir_ / (first->key + ".clshasm");
+  const std::string good = testing::ReadBytes(entry);
+  // A valid mesh entry (with a valid checksum) under the assembly's name is damage too.
+  auto mesh = ImportWithCache(step_, {}, limits_, *cache);
+  ASSERT_THAT(mesh, IsOk());
+  const std::string mesh_entry = testing::ReadBytes(cache_dir_ / (mesh->key + ".clshmesh"));
+
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x10;
+  const std::vector<std::pair<const char*, std::string>> damages{
+      {"flip", flipped},
+      {"truncate", good.substr(0, good.size() - 7)},
+      {"empty", ""},
+      {"mesh entry", mesh_entry}};
+  for (const auto& [name, bytes] : damages) {
+    SCOPED_TRACE(name);
+    testing::WriteBytes(entry, bytes);
+    auto loaded = cache->LoadAssembly(first->key);
+    ASSERT_THAT(loaded, IsOk());
+    EXPECT_FALSE(loaded->has_value());
+    EXPECT_FALSE(fs::exists(entry));  // the damaged entry was dropped
+    EXPECT_THAT(ImportAssemblyWithCache(step_, {}, no_worker_, *cache),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "cannot be started"));
+    auto again = ImportAssemblyWithCache(step_, {}, limits_, *cache);
+    ASSERT_THAT(again, IsOk());
+    EXPECT_FALSE(again->from_cache);  // rebuilt by a worker
+    EXPECT_TRUE(again->stored);
+    testing::ExpectSameAssembly(again->assembly, first->assembly);
+    EXPECT_EQ(testing::ReadBytes(entry), good);
+    auto hit = ImportAssemblyWithCache(step_, {}, no_worker_, *cache);
+    ASSERT_THAT(hit, IsOk());
+    EXPECT_TRUE(hit->from_cache);
+  }
+}
+
+TEST_F(AssemblyCacheTest, StoreAndLoadAssemblyDirectly) {
+  auto cache = ImportCache::Open(cache_dir_.string());
+  ASSERT_THAT(cache, IsOk());
+  auto assembly = ImportAssemblyIsolated(step_, {}, limits_);
+  ASSERT_THAT(assembly, IsOk());
+  const std::string key(64, 'c');
+  ASSERT_THAT(cache->StoreAssembly(key, *assembly), IsOk());
+  auto loaded = cache->LoadAssembly(key);
+  ASSERT_THAT(loaded, IsOk());
+  ASSERT_TRUE(loaded->has_value());
+  testing::ExpectSameAssembly(**loaded, *assembly);
+  EXPECT_THAT(cache->StoreAssembly("not a key", *assembly),
+              StatusIs(absl::StatusCode::kInvalidArgument, "64 hex"));
+  EXPECT_THAT(cache->LoadAssembly("../x"), StatusIs(absl::StatusCode::kInvalidArgument, "64 hex"));
+  // A file that is not an assembly is not cached: the error comes back, nothing is stored.
+  const fs::path junk = dir_ / "junk.step";
+  testing::WriteBytes(junk, "ISO-10303-21;\nthis is not a STEP file\n");
+  EXPECT_THAT(ImportAssemblyWithCache(junk.string(), {}, limits_, *cache),
+              StatusIs(absl::StatusCode::kInvalidArgument, ""));
+  EXPECT_EQ(Entries(".clshasm").size(), 1u);
 }
 
 }  // namespace

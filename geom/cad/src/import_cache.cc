@@ -13,19 +13,34 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "clash/cad/assembly.h"
 #include "worker_format.h"
 
 namespace clash::cad {
 namespace {
 
 constexpr std::size_t kDigestBytes = 32;
-constexpr std::string_view kEntrySuffix = ".clshmesh";
+
+// The kind of entry that holds a T.
+template <typename T>
+constexpr ImportKind kKindOf = ImportKind::kMesh;
+template <>
+constexpr ImportKind kKindOf<ImportedAssembly> = ImportKind::kAssembly;
+
+const char* KindName(ImportKind kind) { return kind == ImportKind::kMesh ? "mesh" : "assembly"; }
+
+// Entry files end in the kind: "<key>.clshmesh" or "<key>.clshasm".
+std::string EntryPath(const std::string& dir, std::string_view key, ImportKind kind) {
+  return absl::StrCat(dir, "/", std::string(key),
+                      kind == ImportKind::kMesh ? ".clshmesh" : ".clshasm");
+}
 
 struct EvpDeleter {
   void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
@@ -100,10 +115,11 @@ absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
   return Hex(h.Finish());
 }
 
-std::string ImportCacheKey(std::string_view file_sha256_hex, const TessellationOptions& options) {
+std::string ImportCacheKey(std::string_view file_sha256_hex, const TessellationOptions& options,
+                           ImportKind kind) {
   auto bits = [](double d) { return std::bit_cast<uint64_t>(d); };
-  return Sha256Hex(absl::StrCat("clash-import-cache/", kImportCacheVersion, "\n",
-                                std::string(file_sha256_hex),
+  return Sha256Hex(absl::StrCat("clash-import-cache/", kImportCacheVersion,
+                                "\nkind=", KindName(kind), "\n", std::string(file_sha256_hex),
                                 "\nlinear=", bits(options.linear_deflection_mm),
                                 "\nrelative=", bits(options.relative_deflection),
                                 "\nangular=", bits(options.angular_deflection_rad),
@@ -120,19 +136,19 @@ absl::StatusOr<ImportCache> ImportCache::Open(std::string dir) {
   return ImportCache(std::move(dir));
 }
 
-std::string ImportCache::EntryPath(std::string_view key) const {
-  return absl::StrCat(dir_, "/", std::string(key), std::string(kEntrySuffix));
-}
+namespace {
 
-absl::StatusOr<std::optional<MeshBuffers>> ImportCache::Load(std::string_view key) const {
+// The T entry for `key` in `dir`, or nullopt on a miss or a damaged entry (which is removed).
+template <typename T>
+absl::StatusOr<std::optional<T>> LoadEntry(const std::string& dir, std::string_view key) {
   if (!IsKey(key)) return absl::InvalidArgumentError("import cache key must be 64 hex digits");
-  const std::string path = EntryPath(key);
+  const std::string path = EntryPath(dir, key, kKindOf<T>);
   absl::StatusOr<std::string> bytes =
       internal::ReadEncodedFile(path, std::numeric_limits<std::size_t>::max());
   if (!bytes.ok()) return std::nullopt;  // a miss
-  // Entry = encoded mesh + SHA-256 of it. Anything else is damage: drop the entry.
+  // Entry = encoded payload + SHA-256 of it. Anything else is damage: drop the entry.
   bool ok = bytes->size() > kDigestBytes;
-  std::optional<MeshBuffers> mesh;
+  std::optional<T> value;
   if (ok) {
     const std::string_view payload(bytes->data(), bytes->size() - kDigestBytes);
     Sha256 h;
@@ -140,9 +156,9 @@ absl::StatusOr<std::optional<MeshBuffers>> ImportCache::Load(std::string_view ke
     const auto digest = h.Finish();
     ok = std::memcmp(digest.data(), bytes->data() + payload.size(), kDigestBytes) == 0;
     if (ok) {
-      absl::StatusOr<MeshBuffers> parsed = internal::ParseWorkerOutput(payload, payload.size());
+      absl::StatusOr<T> parsed = internal::ParseWorkerOutput<T>(payload, payload.size());
       ok = parsed.ok();
-      if (ok) mesh = *std::move(parsed);
+      if (ok) value = *std::move(parsed);
     }
   }
   if (!ok) {
@@ -150,19 +166,21 @@ absl::StatusOr<std::optional<MeshBuffers>> ImportCache::Load(std::string_view ke
     std::filesystem::remove(path, ec);
     return std::nullopt;
   }
-  return mesh;
+  return value;
 }
 
-absl::Status ImportCache::Store(std::string_view key, const MeshBuffers& mesh) const {
+// Stores `value` under `key` in `dir`, atomically.
+template <typename T>
+absl::Status StoreEntry(const std::string& dir, std::string_view key, const T& value) {
   if (!IsKey(key)) return absl::InvalidArgumentError("import cache key must be 64 hex digits");
-  std::string bytes = internal::EncodeWorkerOutput(mesh);
+  std::string bytes = internal::EncodeWorkerOutput(absl::StatusOr<T>(value));
   Sha256 h;
   h.Update(bytes);
   const auto digest = h.Finish();
   bytes.append(reinterpret_cast<const char*>(digest.data()), digest.size());
 
   std::random_device rd;
-  const std::string tmp = absl::StrCat(dir_, "/.tmp-", std::string(key), "-", getpid(), "-", rd());
+  const std::string tmp = absl::StrCat(dir, "/.tmp-", std::string(key), "-", getpid(), "-", rd());
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::InternalError(
@@ -170,14 +188,14 @@ absl::Status ImportCache::Store(std::string_view key, const MeshBuffers& mesh) c
   }
   const bool written = WriteAll(fd, bytes) && fsync(fd) == 0;
   const bool closed = close(fd) == 0;
-  if (!written || !closed || rename(tmp.c_str(), EntryPath(key).c_str()) != 0) {
+  if (!written || !closed || rename(tmp.c_str(), EntryPath(dir, key, kKindOf<T>).c_str()) != 0) {
     const int err = errno;
     unlink(tmp.c_str());
     return absl::InternalError(absl::StrCat("import cache: cannot write entry ", std::string(key),
                                             ": ", std::strerror(err)));
   }
   // Make the rename itself durable.
-  const int dir_fd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd >= 0) {
     fsync(dir_fd);
     close(dir_fd);
@@ -185,27 +203,66 @@ absl::Status ImportCache::Store(std::string_view key, const MeshBuffers& mesh) c
   return absl::OkStatus();
 }
 
+// Imports through the cache: `import()` runs on a miss, and `out->*value` receives the result.
+template <typename T, typename Cached, typename Import>
+absl::StatusOr<Cached> ImportThroughCache(const std::string& path,
+                                          const TessellationOptions& options,
+                                          const ImportCache& cache, T Cached::*value,
+                                          Import import) {
+  absl::StatusOr<std::string> file_hash = Sha256OfFile(path);
+  if (!file_hash.ok()) return file_hash.status();
+  Cached out;
+  out.key = ImportCacheKey(*file_hash, options, kKindOf<T>);
+  absl::StatusOr<std::optional<T>> hit = LoadEntry<T>(cache.dir(), out.key);
+  if (!hit.ok()) return hit.status();
+  if (hit->has_value()) {
+    out.*value = **std::move(hit);
+    out.from_cache = true;
+    return out;
+  }
+  absl::StatusOr<T> imported = import();
+  if (!imported.ok()) return imported.status();
+  out.*value = *std::move(imported);
+  out.stored = StoreEntry(cache.dir(), out.key, out.*value).ok();
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<MeshBuffers>> ImportCache::Load(std::string_view key) const {
+  return LoadEntry<MeshBuffers>(dir_, key);
+}
+
+absl::Status ImportCache::Store(std::string_view key, const MeshBuffers& mesh) const {
+  return StoreEntry(dir_, key, mesh);
+}
+
+absl::StatusOr<std::optional<ImportedAssembly>> ImportCache::LoadAssembly(
+    std::string_view key) const {
+  return LoadEntry<ImportedAssembly>(dir_, key);
+}
+
+absl::Status ImportCache::StoreAssembly(std::string_view key,
+                                        const ImportedAssembly& assembly) const {
+  return StoreEntry(dir_, key, assembly);
+}
+
 absl::StatusOr<CachedImport> ImportWithCache(const std::string& path,
                                              const TessellationOptions& options,
                                              const IsolationLimits& limits,
                                              const ImportCache& cache,
                                              const std::atomic<bool>* cancel) {
-  absl::StatusOr<std::string> file_hash = Sha256OfFile(path);
-  if (!file_hash.ok()) return file_hash.status();
-  CachedImport out;
-  out.key = ImportCacheKey(*file_hash, options);
-  absl::StatusOr<std::optional<MeshBuffers>> hit = cache.Load(out.key);
-  if (!hit.ok()) return hit.status();
-  if (hit->has_value()) {
-    out.mesh = **std::move(hit);
-    out.from_cache = true;
-    return out;
-  }
-  absl::StatusOr<MeshBuffers> mesh = ImportIsolated(path, options, limits, cancel);
-  if (!mesh.ok()) return mesh.status();
-  out.mesh = *std::move(mesh);
-  out.stored = cache.Store(out.key, out.mesh).ok();
-  return out;
+  return ImportThroughCache(path, options, cache, &CachedImport::mesh,
+                            [&] { return ImportIsolated(path, options, limits, cancel); });
+}
+
+absl::StatusOr<CachedAssemblyImport> ImportAssemblyWithCache(const std::string& path,
+                                                             const TessellationOptions& options,
+                                                             const IsolationLimits& limits,
+                                                             const ImportCache& cache,
+                                                             const std::atomic<bool>* cancel) {
+  return ImportThroughCache(path, options, cache, &CachedAssemblyImport::assembly,
+                            [&] { return ImportAssemblyIsolated(path, options, limits, cancel); });
 }
 
 }  // namespace clash::cad

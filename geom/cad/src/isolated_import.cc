@@ -1,5 +1,6 @@
-// ImportIsolated: runs clash-cad-worker under rlimits in its own process group and temp folder,
-// polls it against the wall clock and the cancel flag, and maps every outcome to one status.
+// ImportIsolated and ImportAssemblyIsolated: run clash-cad-worker under rlimits in its own process
+// group and temp folder, poll it against the wall clock and the cancel flag, map every outcome to
+// one status, and parse the result file. Both share RunWorker; only the parsed payload differs.
 #include "clash/cad/isolated_import.h"
 
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -162,21 +164,11 @@ struct ChildSetup {
 // How the wait for the worker ended.
 enum class Ending { kExited, kWallClock, kCancelled };
 
-}  // namespace
-
-std::string ResolveWorkerPath(const IsolationLimits& limits) {
-  if (!limits.worker_path.empty()) return limits.worker_path;
-  if (const char* env = std::getenv(kWorkerPathEnv); env != nullptr && *env != '\0') return env;
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "clash-cad-worker";
-  return (self.parent_path() / "clash-cad-worker").string();
-}
-
-absl::StatusOr<MeshBuffers> ImportIsolated(const std::string& path,
-                                           const TessellationOptions& options,
-                                           const IsolationLimits& limits,
-                                           const std::atomic<bool>* cancel) {
+// Runs the worker on `path` for a result of `kind` ("mesh" or "assembly") and returns the bytes of
+// its result file, or the status its outcome maps to (see ImportIsolated).
+absl::StatusOr<std::string> RunWorker(const std::string& path, const TessellationOptions& options,
+                                      const IsolationLimits& limits,
+                                      const std::atomic<bool>* cancel, std::string_view kind) {
   if (absl::Status valid = ValidateLimits(limits); !valid.ok()) return valid;
   const std::string file_name = fs::path(path).filename().string();
 
@@ -194,6 +186,7 @@ absl::StatusOr<MeshBuffers> ImportIsolated(const std::string& path,
   setup.address_space = static_cast<rlim_t>(limits.address_space_bytes);
   setup.max_output = static_cast<rlim_t>(limits.max_output_bytes);
   setup.args = {setup.worker,
+                absl::StrCat("--kind=", std::string(kind)),
                 "--linear-deflection-mm=" + FormatDouble(options.linear_deflection_mm),
                 "--relative-deflection=" + FormatDouble(options.relative_deflection),
                 "--angular-deflection-rad=" + FormatDouble(options.angular_deflection_rad),
@@ -311,10 +304,42 @@ absl::StatusOr<MeshBuffers> ImportIsolated(const std::string& path,
     return absl::InvalidArgumentError(absl::StrCat("import worker exited with code ", exit_code,
                                                    " without a result reading ", file_name));
   }
-  absl::StatusOr<std::string> bytes =
-      internal::ReadEncodedFile(output_path, limits.max_output_bytes);
+  return internal::ReadEncodedFile(output_path, limits.max_output_bytes);
+}
+
+// Runs the worker and parses its result as a T.
+template <typename T>
+absl::StatusOr<T> ImportInWorker(const std::string& path, const TessellationOptions& options,
+                                 const IsolationLimits& limits, const std::atomic<bool>* cancel,
+                                 std::string_view kind) {
+  absl::StatusOr<std::string> bytes = RunWorker(path, options, limits, cancel, kind);
   if (!bytes.ok()) return bytes.status();
-  return internal::ParseWorkerOutput(*bytes, limits.max_output_bytes);
+  return internal::ParseWorkerOutput<T>(*bytes, limits.max_output_bytes);
+}
+
+}  // namespace
+
+std::string ResolveWorkerPath(const IsolationLimits& limits) {
+  if (!limits.worker_path.empty()) return limits.worker_path;
+  if (const char* env = std::getenv(kWorkerPathEnv); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "clash-cad-worker";
+  return (self.parent_path() / "clash-cad-worker").string();
+}
+
+absl::StatusOr<MeshBuffers> ImportIsolated(const std::string& path,
+                                           const TessellationOptions& options,
+                                           const IsolationLimits& limits,
+                                           const std::atomic<bool>* cancel) {
+  return ImportInWorker<MeshBuffers>(path, options, limits, cancel, "mesh");
+}
+
+absl::StatusOr<ImportedAssembly> ImportAssemblyIsolated(const std::string& path,
+                                                        const TessellationOptions& options,
+                                                        const IsolationLimits& limits,
+                                                        const std::atomic<bool>* cancel) {
+  return ImportInWorker<ImportedAssembly>(path, options, limits, cancel, "assembly");
 }
 
 }  // namespace clash::cad

@@ -54,6 +54,7 @@
 #include "clash/cad/assembly.h"
 #include "clash/cad/tessellate.h"
 #include "occt_common.h"
+#include "worker_format.h"
 
 namespace clash::cad {
 namespace {
@@ -245,6 +246,10 @@ class Walker {
         instance.name = names[i];
         instance.part = parts[i];
         instance.placement = ToPlacement(world);
+        if (!internal::IsValidPlacement(instance.placement)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("assemble: the placement of ", path, " is not finite or out of range"));
+        }
         instance.color_rgb = color;
         out_->instances.push_back(std::move(instance));
         continue;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <bit>
 #include <cerrno>
 #include <cmath>
@@ -12,13 +13,15 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace clash::cad::internal {
 namespace {
 
-constexpr uint32_t kKindMesh = 0;
+constexpr uint32_t kKindPayload = 0;
 constexpr uint32_t kKindError = 1;
 // magic + version + kind
 constexpr std::size_t kPreambleBytes = 8 + 4 + 4;
@@ -26,6 +29,20 @@ constexpr std::size_t kPreambleBytes = 8 + 4 + 4;
 constexpr std::size_t kMeshHeaderBytes = 7 * 4 + 8 + 8 + 8;
 constexpr std::size_t kBytesPerVertex = 3 * 8;
 constexpr std::size_t kBytesPerTriangle = 3 * 4 + 4;
+// 5 x i32 + 2 x u32
+constexpr std::size_t kAssemblyHeaderBytes = 5 * 4 + 2 * 4;
+// An empty name, the mesh length and an empty mesh.
+constexpr std::size_t kMinPartBytes = 4 + 8 + kMeshHeaderBytes;
+// Everything but the two strings: part, rotation, translation, colour flag, colour.
+constexpr std::size_t kInstanceFixedBytes = 4 + 9 * 8 + 3 * 8 + 1 + 3 * 4;
+// Two empty strings and the fixed fields.
+constexpr std::size_t kMinInstanceBytes = 4 + 4 + kInstanceFixedBytes;
+
+// The magic of a file holding a T.
+template <typename T>
+constexpr std::string_view kMagic = kWorkerOutputMagic;
+template <>
+constexpr std::string_view kMagic<ImportedAssembly> = kAssemblyOutputMagic;
 // Flush the file writer's buffer when it reaches this size.
 constexpr std::size_t kChunkBytes = 1 << 20;
 
@@ -34,9 +51,11 @@ class ByteWriter {
  public:
   explicit ByteWriter(std::FILE* file) : file_(file) {}
 
+  void U8(uint8_t value) { Le(value, 1); }
   void U32(uint32_t value) { Le(value, 4); }
   void I32(int32_t value) { Le(static_cast<uint32_t>(value), 4); }
   void U64(uint64_t value) { Le(value, 8); }
+  void F32(float value) { Le(std::bit_cast<uint32_t>(value), 4); }
   void F64(double value) { Le(std::bit_cast<uint64_t>(value), 8); }
   void Bytes(std::string_view bytes) {
     buffer_.append(bytes);
@@ -69,21 +88,26 @@ class ByteWriter {
   bool ok_ = true;
 };
 
-void Encode(const absl::StatusOr<MeshBuffers>& result, ByteWriter& out) {
-  out.Bytes(kWorkerOutputMagic);
-  out.U32(kWorkerOutputVersion);
-  if (!result.ok()) {
-    const absl::string_view full = result.status().message();
-    const std::string_view message =
-        std::string_view(full.data(), full.size()).substr(0, kMaxWorkerMessageBytes);
-    out.U32(kKindError);
-    out.U32(static_cast<uint32_t>(result.status().code()));
-    out.U32(static_cast<uint32_t>(message.size()));
-    out.Bytes(message);
-    return;
-  }
-  const MeshBuffers& mesh = *result;
-  out.U32(kKindMesh);
+// Bytes of a <mesh> record.
+std::size_t MeshBytes(const MeshBuffers& mesh) {
+  return kMeshHeaderBytes + (mesh.xyz.size() / 3) * kBytesPerVertex +
+         (mesh.triangles.size() / 3) * kBytesPerTriangle;
+}
+
+// A name as stored: cut to kMaxWorkerStringBytes.
+std::string_view Stored(const std::string& s) {
+  return std::string_view(s).substr(0, kMaxWorkerStringBytes);
+}
+
+std::size_t StringBytes(const std::string& s) { return 4 + Stored(s).size(); }
+
+void EncodeString(const std::string& s, ByteWriter& out) {
+  const std::string_view stored = Stored(s);
+  out.U32(static_cast<uint32_t>(stored.size()));
+  out.Bytes(stored);
+}
+
+void EncodePayload(const MeshBuffers& mesh, ByteWriter& out) {
   out.I32(mesh.faces_total);
   out.I32(mesh.faces_meshed);
   out.I32(mesh.faces_reversed);
@@ -99,6 +123,48 @@ void Encode(const absl::StatusOr<MeshBuffers>& result, ByteWriter& out) {
   for (uint32_t f : mesh.face_ids) out.U32(f);
 }
 
+void EncodePayload(const ImportedAssembly& assembly, ByteWriter& out) {
+  out.I32(assembly.roots_total);
+  out.I32(assembly.roots_transferred);
+  out.I32(assembly.load_failures);
+  out.I32(assembly.load_warnings);
+  out.I32(assembly.empty_parts);
+  out.U32(static_cast<uint32_t>(assembly.parts.size()));
+  out.U32(static_cast<uint32_t>(assembly.instances.size()));
+  for (const AssemblyPart& part : assembly.parts) {
+    EncodeString(part.name, out);
+    out.U64(MeshBytes(part.mesh));
+    EncodePayload(part.mesh, out);
+  }
+  for (const AssemblyInstance& instance : assembly.instances) {
+    EncodeString(instance.path, out);
+    EncodeString(instance.name, out);
+    out.U32(static_cast<uint32_t>(instance.part));
+    for (double r : instance.placement.rotation) out.F64(r);
+    for (double t : instance.placement.translation_mm) out.F64(t);
+    out.U8(instance.color_rgb.has_value() ? 1 : 0);
+    for (float c : instance.color_rgb.value_or(std::array<float, 3>{})) out.F32(c);
+  }
+}
+
+template <typename T>
+void Encode(const absl::StatusOr<T>& result, ByteWriter& out) {
+  out.Bytes(kMagic<T>);
+  out.U32(kWorkerOutputVersion);
+  if (!result.ok()) {
+    const absl::string_view full = result.status().message();
+    const std::string_view message =
+        std::string_view(full.data(), full.size()).substr(0, kMaxWorkerMessageBytes);
+    out.U32(kKindError);
+    out.U32(static_cast<uint32_t>(result.status().code()));
+    out.U32(static_cast<uint32_t>(message.size()));
+    out.Bytes(message);
+    return;
+  }
+  out.U32(kKindPayload);
+  EncodePayload(*result, out);
+}
+
 // Reads little-endian values from an untrusted buffer; every read is bounds-checked.
 class ByteReader {
  public:
@@ -106,6 +172,12 @@ class ByteReader {
 
   std::size_t remaining() const { return bytes_.size() - pos_; }
 
+  bool U8(uint8_t* value) {
+    uint64_t v = 0;
+    if (!Le(1, &v)) return false;
+    *value = static_cast<uint8_t>(v);
+    return true;
+  }
   bool U32(uint32_t* value) {
     uint64_t v = 0;
     if (!Le(4, &v)) return false;
@@ -119,6 +191,12 @@ class ByteReader {
     return true;
   }
   bool U64(uint64_t* value) { return Le(8, value); }
+  bool F32(float* value) {
+    uint32_t v = 0;
+    if (!U32(&v)) return false;
+    *value = std::bit_cast<float>(v);
+    return true;
+  }
   bool F64(double* value) {
     uint64_t v = 0;
     if (!Le(8, &v)) return false;
@@ -152,7 +230,8 @@ absl::Status Malformed(absl::string_view what) {
   return absl::InternalError(absl::StrCat("malformed worker output: ", what));
 }
 
-absl::StatusOr<MeshBuffers> ParseError(ByteReader& in) {
+// The worker's error status, or a malformed-output error: never OK.
+absl::Status ParseError(ByteReader& in) {
   uint32_t code = 0;
   uint32_t length = 0;
   if (!in.U32(&code) || !in.U32(&length)) return Malformed("truncated error record");
@@ -169,6 +248,7 @@ absl::StatusOr<MeshBuffers> ParseError(ByteReader& in) {
                       absl::string_view(message.data(), message.size()));
 }
 
+// A <mesh> record that fills all of `in`.
 absl::StatusOr<MeshBuffers> ParseMesh(ByteReader& in) {
   MeshBuffers mesh;
   uint64_t vertex_count = 0;
@@ -228,20 +308,150 @@ absl::StatusOr<MeshBuffers> ParseMesh(ByteReader& in) {
   return mesh;
 }
 
-}  // namespace
-
-std::size_t EncodedMeshSize(const MeshBuffers& mesh) {
-  return kPreambleBytes + kMeshHeaderBytes + (mesh.xyz.size() / 3) * kBytesPerVertex +
-         (mesh.triangles.size() / 3) * kBytesPerTriangle;
+// A <string>, named `what` in errors.
+absl::Status ParseString(ByteReader& in, const char* what, std::string* out) {
+  uint32_t length = 0;
+  if (!in.U32(&length)) return Malformed(absl::StrCat("truncated ", what));
+  if (length > kMaxWorkerStringBytes) {
+    return Malformed(absl::StrCat(what, " of ", length, " bytes"));
+  }
+  std::string_view bytes;
+  if (!in.Bytes(length, &bytes)) return Malformed(absl::StrCat("truncated ", what));
+  out->assign(bytes);
+  return absl::OkStatus();
 }
 
-std::string EncodeWorkerOutput(const absl::StatusOr<MeshBuffers>& result) {
+absl::StatusOr<AssemblyPart> ParsePart(ByteReader& in, uint32_t index) {
+  AssemblyPart part;
+  if (absl::Status s = ParseString(in, "part name", &part.name); !s.ok()) return s;
+  uint64_t length = 0;
+  std::string_view record;
+  if (!in.U64(&length) || !in.Bytes(length, &record)) {
+    return Malformed(absl::StrCat("truncated mesh of part ", index));
+  }
+  ByteReader mesh_in(record);
+  absl::StatusOr<MeshBuffers> mesh = ParseMesh(mesh_in);
+  if (!mesh.ok()) {
+    return absl::Status(mesh.status().code(),
+                        absl::StrCat(mesh.status().message(), " (part ", index, ")"));
+  }
+  part.mesh = *std::move(mesh);
+  return part;
+}
+
+absl::StatusOr<AssemblyInstance> ParseInstance(ByteReader& in, uint32_t part_count) {
+  AssemblyInstance instance;
+  if (absl::Status s = ParseString(in, "instance path", &instance.path); !s.ok()) return s;
+  if (absl::Status s = ParseString(in, "instance name", &instance.name); !s.ok()) return s;
+  uint32_t part = 0;
+  if (!in.U32(&part)) return Malformed("truncated instance");
+  if (part >= part_count) {
+    return Malformed(absl::StrCat("instance part index ", part, " out of range"));
+  }
+  instance.part = static_cast<int>(part);
+  for (double& r : instance.placement.rotation) {
+    if (!in.F64(&r)) return Malformed("truncated instance placement");
+  }
+  for (double& t : instance.placement.translation_mm) {
+    if (!in.F64(&t)) return Malformed("truncated instance placement");
+  }
+  if (!IsValidPlacement(instance.placement)) {
+    return Malformed("instance placement not finite or out of range");
+  }
+  uint8_t has_color = 0;
+  std::array<float, 3> rgb{};
+  if (!in.U8(&has_color) || !in.F32(&rgb[0]) || !in.F32(&rgb[1]) || !in.F32(&rgb[2])) {
+    return Malformed("truncated instance colour");
+  }
+  if (has_color > 1) return Malformed(absl::StrCat("colour flag ", has_color));
+  for (float c : rgb) {
+    // Written as !(in range) so that NaN fails too.
+    if (has_color == 1 ? !(c >= 0 && c <= 1) : c != 0) {
+      return Malformed("instance colour out of range");
+    }
+  }
+  if (has_color == 1) instance.color_rgb = rgb;
+  return instance;
+}
+
+absl::StatusOr<ImportedAssembly> ParseAssembly(ByteReader& in) {
+  ImportedAssembly assembly;
+  uint32_t part_count = 0;
+  uint32_t instance_count = 0;
+  if (!in.I32(&assembly.roots_total) || !in.I32(&assembly.roots_transferred) ||
+      !in.I32(&assembly.load_failures) || !in.I32(&assembly.load_warnings) ||
+      !in.I32(&assembly.empty_parts) || !in.U32(&part_count) || !in.U32(&instance_count)) {
+    return Malformed("truncated assembly header");
+  }
+  if (assembly.roots_total < 0 || assembly.roots_transferred < 0 ||
+      assembly.roots_transferred > assembly.roots_total || assembly.load_failures < 0 ||
+      assembly.load_warnings < 0 || assembly.empty_parts < 0) {
+    return Malformed("inconsistent root, load or empty-part counts");
+  }
+  if (part_count == 0 || instance_count == 0) {
+    return Malformed("an assembly without parts or instances");
+  }
+  // Check the counts against the smallest record sizes before reserving anything.
+  const std::size_t left = in.remaining();
+  if (part_count > left / kMinPartBytes || instance_count > left / kMinInstanceBytes ||
+      part_count * kMinPartBytes + instance_count * kMinInstanceBytes > left) {
+    return Malformed(absl::StrCat(part_count, " parts and ", instance_count,
+                                  " instances do not fit the ", left, " bytes left"));
+  }
+  assembly.parts.reserve(part_count);
+  for (uint32_t i = 0; i < part_count; ++i) {
+    absl::StatusOr<AssemblyPart> part = ParsePart(in, i);
+    if (!part.ok()) return part.status();
+    assembly.parts.push_back(*std::move(part));
+  }
+  assembly.instances.reserve(instance_count);
+  for (uint32_t i = 0; i < instance_count; ++i) {
+    absl::StatusOr<AssemblyInstance> instance = ParseInstance(in, part_count);
+    if (!instance.ok()) return instance.status();
+    assembly.instances.push_back(*std::move(instance));
+  }
+  if (in.remaining() != 0) return Malformed("trailing bytes");
+  return assembly;
+}
+
+}  // namespace
+
+bool IsValidPlacement(const Placement& placement) {
+  for (double r : placement.rotation) {
+    if (!std::isfinite(r) || std::fabs(r) > kMaxAbsRotationEntry) return false;
+  }
+  for (double t : placement.translation_mm) {
+    if (!std::isfinite(t) || std::fabs(t) > kMaxAbsCoordinateMm) return false;
+  }
+  return true;
+}
+
+template <>
+std::size_t EncodedSize(const MeshBuffers& mesh) {
+  return kPreambleBytes + MeshBytes(mesh);
+}
+
+template <>
+std::size_t EncodedSize(const ImportedAssembly& assembly) {
+  std::size_t size = kPreambleBytes + kAssemblyHeaderBytes;
+  for (const AssemblyPart& part : assembly.parts) {
+    size += StringBytes(part.name) + 8 + MeshBytes(part.mesh);
+  }
+  for (const AssemblyInstance& instance : assembly.instances) {
+    size += StringBytes(instance.path) + StringBytes(instance.name) + kInstanceFixedBytes;
+  }
+  return size;
+}
+
+template <typename T>
+std::string EncodeWorkerOutput(const absl::StatusOr<T>& result) {
   ByteWriter out(nullptr);
   Encode(result, out);
   return std::move(out.buffer());
 }
 
-absl::Status WriteWorkerOutput(const std::string& path, const absl::StatusOr<MeshBuffers>& result) {
+template <typename T>
+absl::Status WriteWorkerOutput(const std::string& path, const absl::StatusOr<T>& result) {
   struct Closer {
     void operator()(std::FILE* f) const { std::fclose(f); }
   };
@@ -259,23 +469,34 @@ absl::Status WriteWorkerOutput(const std::string& path, const absl::StatusOr<Mes
   return absl::OkStatus();
 }
 
-absl::StatusOr<MeshBuffers> ParseWorkerOutput(std::string_view bytes, std::size_t max_bytes) {
+template <typename T>
+absl::StatusOr<T> ParseWorkerOutput(std::string_view bytes, std::size_t max_bytes) {
   if (bytes.size() > max_bytes) {
     return Malformed(absl::StrCat(bytes.size(), " bytes exceed the limit of ", max_bytes));
   }
   ByteReader in(bytes);
   std::string_view magic;
-  if (!in.Bytes(kWorkerOutputMagic.size(), &magic) || magic != kWorkerOutputMagic) {
-    return Malformed("bad magic");
-  }
+  if (!in.Bytes(kMagic<T>.size(), &magic) || magic != kMagic<T>) return Malformed("bad magic");
   uint32_t version = 0;
   uint32_t kind = 0;
   if (!in.U32(&version) || !in.U32(&kind)) return Malformed("truncated preamble");
   if (version != kWorkerOutputVersion) return Malformed(absl::StrCat("version ", version));
   if (kind == kKindError) return ParseError(in);
-  if (kind == kKindMesh) return ParseMesh(in);
-  return Malformed(absl::StrCat("unknown record kind ", kind));
+  if (kind != kKindPayload) return Malformed(absl::StrCat("unknown record kind ", kind));
+  if constexpr (std::is_same_v<T, MeshBuffers>) {
+    return ParseMesh(in);
+  } else {
+    return ParseAssembly(in);
+  }
 }
+
+template std::string EncodeWorkerOutput(const absl::StatusOr<MeshBuffers>&);
+template std::string EncodeWorkerOutput(const absl::StatusOr<ImportedAssembly>&);
+template absl::Status WriteWorkerOutput(const std::string&, const absl::StatusOr<MeshBuffers>&);
+template absl::Status WriteWorkerOutput(const std::string&,
+                                        const absl::StatusOr<ImportedAssembly>&);
+template absl::StatusOr<MeshBuffers> ParseWorkerOutput(std::string_view, std::size_t);
+template absl::StatusOr<ImportedAssembly> ParseWorkerOutput(std::string_view, std::size_t);
 
 absl::StatusOr<std::string> ReadEncodedFile(const std::string& path, std::size_t max_bytes) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);

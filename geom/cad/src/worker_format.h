@@ -1,13 +1,24 @@
-// The result file that clash-cad-worker writes and ImportIsolated reads (internal to clash_cad).
+// The result file that clash-cad-worker writes and ImportIsolated / ImportAssemblyIsolated read,
+// also the payload of import cache entries (internal to clash_cad).
 //
-// Version 1 layout, all integers and doubles little-endian:
-//   "CLSHMSH1"  8 bytes magic
-//   u32 version (1), u32 kind (0 = mesh, 1 = error)
-//   error: u32 absl::StatusCode, u32 message length, message bytes
-//   mesh:  i32 faces_total, faces_meshed, faces_reversed, roots_total, roots_transferred,
-//          load_failures, load_warnings; f64 deflection_mm; u64 vertex count V; u64 triangle
-//          count T; f64 xyz[3V]; u32 triangles[3T]; u32 face_ids[T]
-// The file must end right after the last field. The reader treats the file as untrusted.
+// Layout, all integers and doubles little-endian:
+//   8 bytes magic: "CLSHMSH1" (the payload is one mesh) or "CLSHASM1" (an assembly)
+//   u32 version (1), u32 kind (0 = payload, 1 = error)
+//   error:    u32 absl::StatusCode, u32 message length (<= kMaxWorkerMessageBytes), message bytes
+//   mesh:     <mesh>
+//   assembly: i32 roots_total, roots_transferred, load_failures, load_warnings, empty_parts;
+//             u32 part count P; u32 instance count I;
+//             P x { <string> name; u64 byte length L of the part's <mesh>; <mesh> (L bytes) }
+//             I x { <string> path; <string> name; u32 part (< P); f64 rotation[9] (row-major);
+//                   f64 translation_mm[3]; u8 has_color (0 or 1); f32 rgb[3] (in [0, 1]; all 0
+//                   when has_color is 0) }
+//   <mesh>:   i32 faces_total, faces_meshed, faces_reversed, roots_total, roots_transferred,
+//             load_failures, load_warnings; f64 deflection_mm; u64 vertex count V; u64 triangle
+//             count T; f64 xyz[3V]; u32 triangles[3T]; u32 face_ids[T]
+//   <string>: u32 length (<= kMaxWorkerStringBytes; longer names are cut when encoding), bytes
+//             (not required to be UTF-8)
+// The file, and each part's <mesh>, must end right after its last field. The reader treats the
+// file as untrusted: every count is checked against the bytes left before anything is allocated.
 #ifndef CLASH_CAD_SRC_WORKER_FORMAT_H_
 #define CLASH_CAD_SRC_WORKER_FORMAT_H_
 
@@ -18,44 +29,62 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "clash/cad/assembly.h"
 #include "clash/cad/tessellate.h"
 
 namespace clash::cad::internal {
 
-/// The file's first 8 bytes.
+/// The first 8 bytes of a file whose payload is one mesh.
 inline constexpr std::string_view kWorkerOutputMagic = "CLSHMSH1";
-/// The only format version written and read.
+/// The first 8 bytes of a file whose payload is an assembly.
+inline constexpr std::string_view kAssemblyOutputMagic = "CLSHASM1";
+/// The only format version written and read (of both kinds of file).
 inline constexpr uint32_t kWorkerOutputVersion = 1;
 /// Longest error message accepted from a worker.
 inline constexpr std::size_t kMaxWorkerMessageBytes = 64 * 1024;
-/// Largest accepted |coordinate| in mm (a million km; finite values beyond it are corrupt).
+/// Longest part name, instance path or instance name accepted from a worker.
+inline constexpr std::size_t kMaxWorkerStringBytes = 64 * 1024;
+/// Largest accepted |coordinate| or |translation| in mm (a million km; finite values beyond it
+/// are corrupt).
 inline constexpr double kMaxAbsCoordinateMm = 1e12;
+/// Largest accepted |entry| of a placement's rotation matrix (it may carry a scale factor).
+inline constexpr double kMaxAbsRotationEntry = 1e6;
 
-/// Exit code of a worker that wrote its result file (mesh or error).
+/// Exit code of a worker that wrote its result file (payload or error).
 inline constexpr int kWorkerExitOk = 0;
 /// Exit code of a worker called with bad arguments.
 inline constexpr int kWorkerExitUsage = 64;
 /// Exit code of a worker that could not write its result file.
 inline constexpr int kWorkerExitIoError = 74;
 
-/// Size in bytes of the encoded mesh record for `mesh`.
-[[nodiscard]] std::size_t EncodedMeshSize(const MeshBuffers& mesh);
+/// True when every rotation entry is finite with |entry| <= kMaxAbsRotationEntry and every
+/// translation is finite with |t| <= kMaxAbsCoordinateMm.
+[[nodiscard]] bool IsValidPlacement(const Placement& placement);
 
-/// Encodes `result` (a mesh, or an error status that must not be OK) as one result file.
-[[nodiscard]] std::string EncodeWorkerOutput(const absl::StatusOr<MeshBuffers>& result);
+// The templates below are defined for T = MeshBuffers and T = ImportedAssembly only.
 
-/// Writes EncodeWorkerOutput(result) to `path` (created or truncated); streams the mesh in chunks.
+/// Size in bytes of the encoded file holding `payload`.
+template <typename T>
+[[nodiscard]] std::size_t EncodedSize(const T& payload);
+
+/// Encodes `result` (a payload, or an error status that must not be OK) as one result file.
+template <typename T>
+[[nodiscard]] std::string EncodeWorkerOutput(const absl::StatusOr<T>& result);
+
+/// Writes EncodeWorkerOutput(result) to `path` (created or truncated), streaming it in chunks.
 /// Returns INTERNAL when the file cannot be written.
+template <typename T>
 [[nodiscard]] absl::Status WriteWorkerOutput(const std::string& path,
-                                             const absl::StatusOr<MeshBuffers>& result);
+                                             const absl::StatusOr<T>& result);
 
-/// Parses a result file. Returns the mesh, the worker's own error status (never OK or UNKNOWN),
-/// or INTERNAL "malformed worker output: ..." when `bytes` breaks any rule of the format: magic,
-/// version, kind, sizes (against bytes.size() and max_bytes), consistent counts, finite
-/// coordinates within kMaxAbsCoordinateMm, indices below the vertex count, face ids below
-/// faces_total.
-[[nodiscard]] absl::StatusOr<MeshBuffers> ParseWorkerOutput(std::string_view bytes,
-                                                            std::size_t max_bytes);
+/// Parses a result file. Returns the payload, the worker's own error status (never OK or
+/// UNKNOWN), or INTERNAL "malformed worker output: ..." when `bytes` breaks any rule of the
+/// format: magic (of the kind T), version, kind, sizes (against bytes.size() and max_bytes),
+/// consistent counts, finite coordinates within kMaxAbsCoordinateMm, indices below the vertex
+/// count, face ids below faces_total, string lengths, part indices below the part count, valid
+/// placements (IsValidPlacement), colours in [0, 1].
+template <typename T = MeshBuffers>
+[[nodiscard]] absl::StatusOr<T> ParseWorkerOutput(std::string_view bytes, std::size_t max_bytes);
 
 /// Reads a whole file in this format (a worker's result or a cache entry) without trusting it:
 /// INTERNAL "malformed worker output: ..." when it is missing, not a regular file, larger than

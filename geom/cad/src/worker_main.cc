@@ -1,7 +1,8 @@
-// clash-cad-worker: reads one STEP/IGES file with OCCT in its own process and writes the mesh (or
-// the error) to a result file; clash::cad::ImportIsolated starts it under resource limits.
+// clash-cad-worker: reads one STEP/IGES file with OCCT in its own process and writes the result
+// (the whole file as one mesh, or its assembly tree; or the error) to a result file;
+// clash::cad::ImportIsolated and ImportAssemblyIsolated start it under resource limits.
 //
-//   clash-cad-worker [--linear-deflection-mm=X] [--relative-deflection=X]
+//   clash-cad-worker [--kind=mesh|assembly] [--linear-deflection-mm=X] [--relative-deflection=X]
 //                    [--angular-deflection-rad=X] [--max-triangles=N] [--parallel=0|1]
 //                    [--max-output-bytes=N] <input-path> <output-path>
 //
@@ -25,11 +26,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "clash/cad/assembly.h"
 #include "clash/cad/tessellate.h"
 #include "worker_format.h"
 
 namespace {
 
+using clash::cad::ImportedAssembly;
 using clash::cad::MeshBuffers;
 using clash::cad::TessellationOptions;
 namespace internal = clash::cad::internal;
@@ -85,9 +88,20 @@ int Usage(const char* message) {
   return internal::kWorkerExitUsage;
 }
 
-int Run(int argc, char** argv) {
+// What to read the file as.
+enum class Kind { kMesh, kAssembly };
+
+// The command line.
+struct Args {
+  Kind kind = Kind::kMesh;
   TessellationOptions options;
   std::size_t max_output_bytes = std::size_t{2} << 30;
+  std::string input;
+  std::string output;
+};
+
+// Fills `args`; returns kWorkerExitOk or kWorkerExitUsage (after printing why).
+int ParseArgs(int argc, char** argv, Args* args) {
   std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -99,8 +113,12 @@ int Run(int argc, char** argv) {
     if (eq == std::string_view::npos) return Usage("flags take the form --name=value");
     const std::string_view name = arg.substr(2, eq - 2);
     const std::string_view value = arg.substr(eq + 1);
+    TessellationOptions& options = args->options;
     bool ok = false;
-    if (name == "linear-deflection-mm") {
+    if (name == "kind") {
+      ok = value == "mesh" || value == "assembly";
+      args->kind = value == "assembly" ? Kind::kAssembly : Kind::kMesh;
+    } else if (name == "linear-deflection-mm") {
       ok = ParseDouble(value, &options.linear_deflection_mm);
     } else if (name == "relative-deflection") {
       ok = ParseDouble(value, &options.relative_deflection);
@@ -109,7 +127,7 @@ int Run(int argc, char** argv) {
     } else if (name == "max-triangles") {
       ok = ParseSize(value, &options.max_triangles);
     } else if (name == "max-output-bytes") {
-      ok = ParseSize(value, &max_output_bytes);
+      ok = ParseSize(value, &args->max_output_bytes);
     } else if (name == "parallel") {
       ok = value == "0" || value == "1";
       options.parallel = value == "1";
@@ -117,26 +135,48 @@ int Run(int argc, char** argv) {
     if (!ok) return Usage(("bad flag: " + std::string(arg)).c_str());
   }
   if (positional.size() != 2) return Usage("expected <input-path> <output-path>");
-  const std::string& input = positional[0];
-  const std::string& output = positional[1];
+  args->input = positional[0];
+  args->output = positional[1];
+  return internal::kWorkerExitOk;
+}
 
-  if (const char* fault = std::getenv("CLASH_WORKER_TEST_FAULT"); fault != nullptr) {
-    const int code = RunTestFault(fault, output);
-    if (code >= 0) return code;
-  }
-
-  absl::StatusOr<MeshBuffers> result = clash::cad::ReadAndTessellate(input, options);
-  if (result.ok() && internal::EncodedMeshSize(*result) > max_output_bytes) {
+// Reads the input with `read`, caps the result's encoded size and writes the result file.
+template <typename T, typename Read>
+int ImportAndWrite(const Args& args, Read read) {
+  absl::StatusOr<T> result = read(args.input, args.options);
+  if (result.ok() && internal::EncodedSize(*result) > args.max_output_bytes) {
     result = absl::ResourceExhaustedError(
-        absl::StrCat("mesh: the result of ", internal::EncodedMeshSize(*result),
-                     " bytes exceeds the output limit of ", max_output_bytes, " bytes"));
+        absl::StrCat("mesh: the result of ", internal::EncodedSize(*result),
+                     " bytes exceeds the output limit of ", args.max_output_bytes, " bytes"));
   }
-  const absl::Status written = internal::WriteWorkerOutput(output, result);
+  const absl::Status written = internal::WriteWorkerOutput(args.output, result);
   if (!written.ok()) {
     std::fprintf(stderr, "clash-cad-worker: %s\n", std::string(written.message()).c_str());
     return internal::kWorkerExitIoError;
   }
   return internal::kWorkerExitOk;
+}
+
+int Run(const Args& args) {
+  if (const char* fault = std::getenv("CLASH_WORKER_TEST_FAULT"); fault != nullptr) {
+    const int code = RunTestFault(fault, args.output);
+    if (code >= 0) return code;
+  }
+  if (args.kind == Kind::kAssembly) {
+    return ImportAndWrite<ImportedAssembly>(args, clash::cad::ReadAssembly);
+  }
+  return ImportAndWrite<MeshBuffers>(args, clash::cad::ReadAndTessellate);
+}
+
+// Writes an out-of-memory error as the result of `args`' kind.
+int WriteOutOfMemory(const Args& args) {
+  if (args.output.empty()) return internal::kWorkerExitUsage;
+  const absl::Status error = absl::ResourceExhaustedError("import: out of memory");
+  const absl::Status written =
+      args.kind == Kind::kAssembly
+          ? internal::WriteWorkerOutput<ImportedAssembly>(args.output, error)
+          : internal::WriteWorkerOutput<MeshBuffers>(args.output, error);
+  return written.ok() ? internal::kWorkerExitOk : internal::kWorkerExitIoError;
 }
 
 }  // namespace
@@ -147,19 +187,15 @@ int Run(int argc, char** argv) {
 extern "C" const char* __lsan_default_suppressions() { return "leak:/libTK\n"; }
 
 int main(int argc, char** argv) {
-  // ReadAndTessellate catches its own bad_alloc; this catches one thrown while parsing arguments,
-  // running the "oom" test fault, or writing the result.
-  std::string output;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]).starts_with("--")) continue;
-    output = argv[i];  // the last positional argument is the output path
-  }
+  // ReadAndTessellate and ReadAssembly catch their own bad_alloc; this catches one thrown while
+  // parsing arguments, running the "oom" test fault, or writing the result.
+  Args args;
   try {
-    return Run(argc, argv);
+    if (const int code = ParseArgs(argc, argv, &args); code != internal::kWorkerExitOk) {
+      return code;
+    }
+    return Run(args);
   } catch (const std::bad_alloc&) {
-    if (output.empty()) return internal::kWorkerExitUsage;
-    const absl::Status written =
-        internal::WriteWorkerOutput(output, absl::ResourceExhaustedError("import: out of memory"));
-    return written.ok() ? internal::kWorkerExitOk : internal::kWorkerExitIoError;
+    return WriteOutOfMemory(args);
   }
 }

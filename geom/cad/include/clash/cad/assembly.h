@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "clash/cad/tessellate.h"
 
@@ -74,6 +75,17 @@ struct ImportedAssembly {
 /// (above max_triangles or out of memory), INTERNAL (unexpected failure).
 [[nodiscard]] absl::StatusOr<ImportedAssembly> ReadAssembly(const std::string& path,
                                                             const TessellationOptions& options);
+
+/// Strict mode (RELIABILITY.md, requirement 4). OK when nothing was lost: every root transferred,
+/// every face of every part meshed, no load failures. Otherwise INVALID_ARGUMENT
+/// "incomplete import: ..." naming what was lost, e.g. "2 of 40 faces of part 'bolt' not meshed"
+/// (the first few parts by index, then how many more). Load warnings and empty parts (part
+/// definitions without faces) are reported by the import but are not losses.
+[[nodiscard]] absl::Status CheckImportComplete(const ImportedAssembly& assembly);
+
+/// The same for a whole file imported as one mesh: every root transferred, every face meshed, no
+/// load failures.
+[[nodiscard]] absl::Status CheckImportComplete(const MeshBuffers& mesh);
 
 }  // namespace clash::cad
 

@@ -1,5 +1,6 @@
 // A content-addressed cache of tessellated imports on disk, so that importing the same file
-// with the same options again neither starts a worker nor runs OCCT.
+// with the same options again neither starts a worker nor runs OCCT. It holds whole-file meshes
+// (ImportWithCache) and assemblies (ImportAssemblyWithCache) as entries of distinct keys.
 #pragma once
 
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "clash/cad/assembly.h"
 #include "clash/cad/isolated_import.h"
 #include "clash/cad/tessellate.h"
 
@@ -15,7 +17,14 @@ namespace clash::cad {
 
 /// Version of the cached entry format and of the import pipeline. It is part of every key:
 /// bump it when tessellation output changes, and old entries are simply never hit again.
-inline constexpr int kImportCacheVersion = 1;
+/// Version 2: keys name the kind of import (mesh or assembly).
+inline constexpr int kImportCacheVersion = 2;
+
+/// What an import produced, and so what its cache entry holds.
+enum class ImportKind {
+  kMesh,      ///< The whole file as one MeshBuffers (ImportIsolated).
+  kAssembly,  ///< The assembly tree as an ImportedAssembly (ImportAssemblyIsolated).
+};
 
 /// SHA-256 of `bytes`, as 64 lowercase hex digits.
 [[nodiscard]] std::string Sha256Hex(std::string_view bytes);
@@ -24,11 +33,12 @@ inline constexpr int kImportCacheVersion = 1;
 /// missing file, INVALID_ARGUMENT for one that cannot be read.
 [[nodiscard]] absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
 
-/// The cache key of an import: SHA-256 over the file's SHA-256, every option that changes the
-/// tessellation (doubles by their exact bit patterns; `parallel` does not change the result and
-/// is left out) and kImportCacheVersion.
+/// The cache key of an import: SHA-256 over kImportCacheVersion, the kind of import, the file's
+/// SHA-256 and every option that changes the tessellation (doubles by their exact bit patterns;
+/// `parallel` does not change the result and is left out).
 [[nodiscard]] std::string ImportCacheKey(std::string_view file_sha256_hex,
-                                         const TessellationOptions& options);
+                                         const TessellationOptions& options,
+                                         ImportKind kind = ImportKind::kMesh);
 
 /// One folder of entries, one file per key. Entries are written atomically (temporary file,
 /// fsync, rename, fsync of the folder) and carry a SHA-256 of their content, checked on every
@@ -39,19 +49,27 @@ class ImportCache {
   /// Opens (creating if needed) the cache folder. INVALID_ARGUMENT when it cannot be used.
   [[nodiscard]] static absl::StatusOr<ImportCache> Open(std::string dir);
 
-  /// The entry for `key`, or nullopt on a miss or a damaged entry (which is removed).
+  /// The mesh entry for `key`, or nullopt on a miss or a damaged entry (which is removed).
   /// INVALID_ARGUMENT for a key that is not 64 hex digits.
   [[nodiscard]] absl::StatusOr<std::optional<MeshBuffers>> Load(std::string_view key) const;
 
   /// Stores `mesh` under `key`, atomically. INTERNAL when the folder cannot be written.
   [[nodiscard]] absl::Status Store(std::string_view key, const MeshBuffers& mesh) const;
 
+  /// The assembly entry for `key`; otherwise as Load. Mesh and assembly entries are separate
+  /// files, so neither is ever read as the other.
+  [[nodiscard]] absl::StatusOr<std::optional<ImportedAssembly>> LoadAssembly(
+      std::string_view key) const;
+
+  /// Stores `assembly` under `key`, atomically; otherwise as Store.
+  [[nodiscard]] absl::Status StoreAssembly(std::string_view key,
+                                           const ImportedAssembly& assembly) const;
+
   /// The folder.
   [[nodiscard]] const std::string& dir() const { return dir_; }
 
  private:
   explicit ImportCache(std::string dir) : dir_(std::move(dir)) {}
-  [[nodiscard]] std::string EntryPath(std::string_view key) const;
 
   std::string dir_;
 };
@@ -68,6 +86,20 @@ struct CachedImport {
 /// ImportIsolated and stores its result. A failed store does not fail the import (`stored`
 /// says whether it happened); import errors are returned as ImportIsolated gives them.
 [[nodiscard]] absl::StatusOr<CachedImport> ImportWithCache(
+    const std::string& path, const TessellationOptions& options, const IsolationLimits& limits,
+    const ImportCache& cache, const std::atomic<bool>* cancel = nullptr);
+
+/// What ImportAssemblyWithCache did.
+struct CachedAssemblyImport {
+  ImportedAssembly assembly;  ///< The file's assembly tree with its tessellated parts.
+  std::string key;            ///< Its cache key (ImportKind::kAssembly).
+  bool from_cache = false;    ///< Loaded from the cache (no worker ran).
+  bool stored = false;        ///< A fresh import was written to the cache.
+};
+
+/// ImportWithCache for assemblies: a hit loads the assembly entry; a miss (or a damaged entry)
+/// runs ImportAssemblyIsolated and stores its result.
+[[nodiscard]] absl::StatusOr<CachedAssemblyImport> ImportAssemblyWithCache(
     const std::string& path, const TessellationOptions& options, const IsolationLimits& limits,
     const ImportCache& cache, const std::atomic<bool>* cancel = nullptr);
 

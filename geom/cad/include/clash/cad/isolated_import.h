@@ -4,6 +4,7 @@
 // it in the calling process: it starts clash-cad-worker under address-space, CPU and wall-clock
 // limits, in its own process group and private temp folder, and reads back its result file as
 // untrusted input. Calls from several threads run in several worker processes at once.
+// ImportAssemblyIsolated does the same for ReadAssembly.
 #ifndef CLASH_CAD_ISOLATED_IMPORT_H_
 #define CLASH_CAD_ISOLATED_IMPORT_H_
 
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "clash/cad/assembly.h"
 #include "clash/cad/tessellate.h"
 
 namespace clash::cad {
@@ -49,6 +51,14 @@ struct IsolationLimits {
                                                          const TessellationOptions& options,
                                                          const IsolationLimits& limits,
                                                          const std::atomic<bool>* cancel = nullptr);
+
+/// Reads the file at `path` as an assembly like ReadAssembly, but in a worker process, with the
+/// limits, error mapping, cancellation and cleanup of ImportIsolated. The worker's result is
+/// checked like ImportIsolated's, and also: string lengths, part indices of instances, placements
+/// (finite, bounded) and colours (in [0, 1]); INTERNAL "malformed worker output" otherwise.
+[[nodiscard]] absl::StatusOr<ImportedAssembly> ImportAssemblyIsolated(
+    const std::string& path, const TessellationOptions& options, const IsolationLimits& limits,
+    const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace clash::cad
 

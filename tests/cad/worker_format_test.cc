@@ -1,0 +1,430 @@
+// Tests for the worker result format (worker_format.h), parsed as untrusted input: round trips,
+// every truncation, specific corruptions and seeded random ones, for mesh and assembly files. The
+// parser must reject all damage with INTERNAL "malformed worker output" and never crash (these run
+// under AddressSanitizer and UBSan in CI).
+#include "worker_format.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "assembly_fixtures.h"
+#include "clash/cad/assembly.h"
+#include "clash/cad/tessellate.h"
+#include "testing/random_geometry.h"
+#include "testing/status_matchers.h"
+
+// LeakSanitizer: OCCT 7.6 never frees its one-time registrations; see tessellate_test.cc.
+extern "C" const char* __lsan_default_suppressions() { return "leak:/libTK\n"; }
+
+namespace clash::cad {
+namespace {
+
+using clash::testing::IsOk;
+using clash::testing::StatusIs;
+using testing::ExpectSameAssembly;
+using testing::ExpectSameMesh;
+using ::testing::HasSubstr;
+
+constexpr std::size_t kNoLimit = std::size_t{1} << 40;
+constexpr auto kInternal = absl::StatusCode::kInternal;
+
+// ---------------------------------------------------------------------------------------------
+// Mesh files ("CLSHMSH1").
+
+MeshBuffers SmallMesh() {
+  MeshBuffers mesh;
+  mesh.xyz = {0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1};
+  mesh.triangles = {0, 1, 2, 0, 2, 3, 0, 3, 1};
+  mesh.face_ids = {0, 1, 1};
+  mesh.faces_total = 2;
+  mesh.faces_meshed = 2;
+  mesh.faces_reversed = 1;
+  mesh.roots_total = 1;
+  mesh.roots_transferred = 1;
+  mesh.load_failures = 3;
+  mesh.load_warnings = 4;
+  mesh.deflection_mm = 0.01;
+  return mesh;
+}
+
+// Checks what the parser promises for any mesh it accepts.
+void ExpectParsedInvariants(const MeshBuffers& mesh) {
+  ASSERT_EQ(mesh.xyz.size() % 3, 0u);
+  ASSERT_EQ(mesh.triangles.size(), 3 * mesh.face_ids.size());
+  for (double v : mesh.xyz) {
+    ASSERT_TRUE(std::isfinite(v));
+    ASSERT_LE(std::fabs(v), internal::kMaxAbsCoordinateMm);
+  }
+  for (uint32_t i : mesh.triangles) ASSERT_LT(i, mesh.xyz.size() / 3);
+  for (uint32_t f : mesh.face_ids) ASSERT_LT(f, static_cast<uint32_t>(mesh.faces_total));
+  ASSERT_LE(mesh.faces_meshed, mesh.faces_total);
+  ASSERT_TRUE(std::isfinite(mesh.deflection_mm));
+}
+
+TEST(WorkerFormat, MeshRoundTrip) {
+  const MeshBuffers mesh = SmallMesh();
+  const std::string bytes = internal::EncodeWorkerOutput<MeshBuffers>(mesh);
+  EXPECT_EQ(bytes.size(), internal::EncodedSize(mesh));
+  EXPECT_EQ(bytes.substr(0, 8), "CLSHMSH1");
+  const absl::StatusOr<MeshBuffers> parsed = internal::ParseWorkerOutput(bytes, kNoLimit);
+  ASSERT_THAT(parsed, IsOk());
+  ExpectSameMesh(*parsed, mesh);
+}
+
+TEST(WorkerFormat, ErrorRoundTrip) {
+  const std::string bytes =
+      internal::EncodeWorkerOutput<MeshBuffers>(absl::NotFoundError("read: no such file: x.step"));
+  EXPECT_THAT(internal::ParseWorkerOutput(bytes, kNoLimit),
+              StatusIs(absl::StatusCode::kNotFound, "read: no such file: x.step"));
+}
+
+TEST(WorkerFormat, RejectsSpecificCorruptions) {
+  const auto malformed = [](const std::string& bytes) {
+    return internal::ParseWorkerOutput(bytes, kNoLimit);
+  };
+  const std::string good = internal::EncodeWorkerOutput<MeshBuffers>(SmallMesh());
+  constexpr std::size_t kCounts = 16 + 7 * 4 + 8;  // offset of the vertex count
+  constexpr std::size_t kCoords = kCounts + 16;
+  constexpr std::size_t kTriangles = kCoords + 4 * 3 * 8;
+  constexpr std::size_t kFaceIds = kTriangles + 3 * 3 * 4;
+  const auto patched = [&](std::size_t offset, std::string value) {
+    std::string bytes = good;
+    bytes.replace(offset, value.size(), value);
+    return bytes;
+  };
+  EXPECT_THAT(malformed(""), StatusIs(kInternal, "bad magic"));
+  EXPECT_THAT(malformed(patched(0, "CLSHMSH2")), StatusIs(kInternal, "bad magic"));
+  EXPECT_THAT(malformed(patched(8, std::string("\x02", 1))), StatusIs(kInternal, "version"));
+  EXPECT_THAT(malformed(patched(12, std::string("\x07", 1))), StatusIs(kInternal, "kind"));
+  // A vertex count near 2^64 must not overflow the size check.
+  EXPECT_THAT(malformed(patched(kCounts, std::string(8, '\xff'))),
+              StatusIs(kInternal, "do not match"));
+  EXPECT_THAT(malformed(patched(kCoords, std::string("\0\0\0\0\0\0\xf8\x7f", 8))),  // NaN
+              StatusIs(kInternal, "not finite"));
+  EXPECT_THAT(malformed(patched(kCoords, std::string("\0\0\0\0\0\0\xf0\x7f", 8))),  // +inf
+              StatusIs(kInternal, "not finite"));
+  EXPECT_THAT(malformed(patched(kTriangles, std::string("\x04", 1))),
+              StatusIs(kInternal, "vertex index 4 out of range"));
+  EXPECT_THAT(malformed(patched(kFaceIds, std::string("\x02", 1))),
+              StatusIs(kInternal, "face id 2 out of range"));
+  EXPECT_THAT(malformed(good + "x"), StatusIs(kInternal, "do not match"));
+  EXPECT_THAT(internal::ParseWorkerOutput(good, good.size() - 1),
+              StatusIs(kInternal, "exceed the limit"));
+  // Error records: UNKNOWN and OK are never passed through.
+  std::string unknown = internal::EncodeWorkerOutput<MeshBuffers>(absl::UnknownError("x"));
+  EXPECT_THAT(malformed(unknown), StatusIs(kInternal, "invalid status code 2"));
+  unknown[16] = 0;
+  EXPECT_THAT(malformed(unknown), StatusIs(kInternal, "invalid status code 0"));
+}
+
+TEST(WorkerFormat, TruncationsAreAlwaysRejected) {
+  for (const absl::StatusOr<MeshBuffers>& result :
+       {absl::StatusOr<MeshBuffers>(SmallMesh()),
+        absl::StatusOr<MeshBuffers>(absl::InvalidArgumentError("mesh: no faces"))}) {
+    const std::string bytes = internal::EncodeWorkerOutput(result);
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      EXPECT_THAT(internal::ParseWorkerOutput(bytes.substr(0, n), kNoLimit),
+                  StatusIs(absl::StatusCode::kInternal, "malformed worker output"))
+          << "prefix of " << n << " bytes";
+    }
+  }
+}
+
+TEST(WorkerFormat, RandomByteFlipsNeverBreakTheInvariants) {
+  constexpr uint32_t kSeed = 20261122;
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  std::mt19937 rng(kSeed);
+  const MeshBuffers mesh = SmallMesh();
+  const std::string good = internal::EncodeWorkerOutput<MeshBuffers>(mesh);
+  int accepted = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string bytes = good;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) {
+      bytes[rng() % bytes.size()] ^= static_cast<char>(1 + rng() % 255);
+    }
+    const absl::StatusOr<MeshBuffers> parsed = internal::ParseWorkerOutput(bytes, kNoLimit);
+    if (parsed.ok()) {
+      ++accepted;
+      ExpectParsedInvariants(*parsed);
+      ASSERT_EQ(parsed->xyz.size(), mesh.xyz.size());  // sizes are tied to the file length
+    } else if (parsed.status().code() == absl::StatusCode::kInternal) {
+      EXPECT_THAT(parsed.status().message(), HasSubstr("malformed worker output"));
+    } else {
+      ADD_FAILURE() << "a mesh file parsed as a worker error: " << parsed.status();
+    }
+  }
+  // Flips inside the coordinates, the report counts or valid indices still give a valid mesh.
+  EXPECT_GT(accepted, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Assembly files ("CLSHASM1").
+
+// Two parts, three instances: a rotated, coloured one; one without a colour; one of the second
+// part.
+ImportedAssembly SmallAssembly() {
+  MeshBuffers tetra = SmallMesh();
+  tetra.roots_total = tetra.roots_transferred = tetra.load_failures = tetra.load_warnings = 0;
+  MeshBuffers tri;
+  tri.xyz = {0, 0, 0, 2, 0, 0, 0, 2, 0};
+  tri.triangles = {0, 1, 2};
+  tri.face_ids = {0};
+  tri.faces_total = 1;
+  tri.faces_meshed = 1;
+  tri.deflection_mm = 0.5;
+
+  ImportedAssembly a;
+  a.roots_total = 2;
+  a.roots_transferred = 2;
+  a.load_failures = 1;
+  a.load_warnings = 5;
+  a.empty_parts = 1;
+  a.parts = {{"tetra", tetra}, {"tri", tri}};
+  AssemblyInstance rotated;
+  rotated.path = "top/tetra:1";
+  rotated.name = "tetra";
+  rotated.part = 0;
+  rotated.placement.rotation = {0, -1, 0, 1, 0, 0, 0, 0, 1};
+  rotated.placement.translation_mm = {1, 2, 3};
+  rotated.color_rgb = std::array<float, 3>{1, 0, 0.5f};
+  AssemblyInstance plain;
+  plain.path = "top/tetra:2";
+  plain.name = "tetra";
+  plain.part = 0;
+  plain.placement.translation_mm = {4, 5, 6};
+  AssemblyInstance other;
+  other.path = "top/tri";
+  other.name = "tri";
+  other.part = 1;
+  other.placement.translation_mm = {-7, 8.25, 1e6};
+  other.color_rgb = std::array<float, 3>{0, 1, 0};
+  a.instances = {rotated, plain, other};
+  return a;
+}
+
+std::string EncodedSmallAssembly() {
+  return internal::EncodeWorkerOutput<ImportedAssembly>(SmallAssembly());
+}
+
+absl::StatusOr<ImportedAssembly> ParseAssembly(const std::string& bytes) {
+  return internal::ParseWorkerOutput<ImportedAssembly>(bytes, kNoLimit);
+}
+
+// Checks what the parser promises for any assembly it accepts.
+void ExpectParsedInvariants(const ImportedAssembly& assembly) {
+  ASSERT_FALSE(assembly.parts.empty());
+  ASSERT_FALSE(assembly.instances.empty());
+  ASSERT_LE(assembly.roots_transferred, assembly.roots_total);
+  for (const AssemblyPart& part : assembly.parts) {
+    ASSERT_LE(part.name.size(), internal::kMaxWorkerStringBytes);
+    ExpectParsedInvariants(part.mesh);
+  }
+  for (const AssemblyInstance& instance : assembly.instances) {
+    ASSERT_GE(instance.part, 0);
+    ASSERT_LT(static_cast<std::size_t>(instance.part), assembly.parts.size());
+    ASSERT_TRUE(internal::IsValidPlacement(instance.placement));
+    ASSERT_LE(instance.path.size(), internal::kMaxWorkerStringBytes);
+    if (instance.color_rgb.has_value()) {
+      for (float c : *instance.color_rgb) {
+        ASSERT_GE(c, 0.0f);
+        ASSERT_LE(c, 1.0f);
+      }
+    }
+  }
+}
+
+// `bytes` with `value`'s bytes (little-endian, as the format stores them) written at `offset`.
+template <typename T>
+std::string Patched(std::string bytes, std::size_t offset, T value) {
+  static_assert(std::endian::native == std::endian::little);
+  std::memcpy(bytes.data() + offset, &value, sizeof(value));
+  return bytes;
+}
+
+// Offset of the part index of the instance whose path is `path` (path length, path, name length,
+// name, then the part index), found in the encoding of SmallAssembly().
+std::size_t PartIndexOffset(const std::string& bytes, const std::string& path,
+                            const std::string& name) {
+  return bytes.find(path) + path.size() + 4 + name.size();
+}
+
+TEST(WorkerAssemblyFormat, RoundTrip) {
+  const ImportedAssembly assembly = SmallAssembly();
+  const std::string bytes = EncodedSmallAssembly();
+  EXPECT_EQ(bytes.size(), internal::EncodedSize(assembly));
+  EXPECT_EQ(bytes.substr(0, 8), "CLSHASM1");
+  const absl::StatusOr<ImportedAssembly> parsed = ParseAssembly(bytes);
+  ASSERT_THAT(parsed, IsOk());
+  ExpectSameAssembly(*parsed, assembly);
+  ExpectParsedInvariants(*parsed);
+}
+
+TEST(WorkerAssemblyFormat, ErrorRoundTrip) {
+  const std::string bytes = internal::EncodeWorkerOutput<ImportedAssembly>(
+      absl::ResourceExhaustedError("mesh: max_triangles (10) reached"));
+  EXPECT_EQ(bytes.substr(0, 8), "CLSHASM1");
+  EXPECT_THAT(ParseAssembly(bytes),
+              StatusIs(absl::StatusCode::kResourceExhausted, "mesh: max_triangles (10) reached"));
+}
+
+TEST(WorkerAssemblyFormat, MeshAndAssemblyFilesAreNotInterchangeable) {
+  EXPECT_THAT(internal::ParseWorkerOutput<MeshBuffers>(EncodedSmallAssembly(), kNoLimit),
+              StatusIs(kInternal, "bad magic"));
+  EXPECT_THAT(ParseAssembly(internal::EncodeWorkerOutput<MeshBuffers>(SmallMesh())),
+              StatusIs(kInternal, "bad magic"));
+}
+
+TEST(WorkerAssemblyFormat, LongNamesAreCutWhenEncoding) {
+  ImportedAssembly assembly = SmallAssembly();
+  assembly.parts[0].name = std::string(internal::kMaxWorkerStringBytes + 10, 'n');
+  assembly.instances[2].path = std::string(internal::kMaxWorkerStringBytes * 2, 'p');
+  const std::string bytes = internal::EncodeWorkerOutput<ImportedAssembly>(assembly);
+  EXPECT_EQ(bytes.size(), internal::EncodedSize(assembly));
+  const absl::StatusOr<ImportedAssembly> parsed = ParseAssembly(bytes);
+  ASSERT_THAT(parsed, IsOk());
+  EXPECT_EQ(parsed->parts[0].name, std::string(internal::kMaxWorkerStringBytes, 'n'));
+  EXPECT_EQ(parsed->instances[2].path, std::string(internal::kMaxWorkerStringBytes, 'p'));
+}
+
+TEST(WorkerAssemblyFormat, RejectsSpecificCorruptions) {
+  const std::string good = EncodedSmallAssembly();
+  // Header: preamble (16 bytes), 5 x i32 report counts, u32 part count, u32 instance count.
+  constexpr std::size_t kRootsTransferred = 16 + 4;
+  constexpr std::size_t kEmptyParts = 16 + 16;
+  constexpr std::size_t kPartCount = 16 + 20;
+  constexpr std::size_t kInstanceCount = 16 + 24;
+  constexpr std::size_t kFirstPart = 16 + 28;  // u32 name length, "tetra", u64 mesh length
+  constexpr std::size_t kFirstMeshLength = kFirstPart + 4 + 5;
+  const std::size_t tri = PartIndexOffset(good, "top/tri", "tri");
+  const std::size_t plain = PartIndexOffset(good, "top/tetra:2", "tetra");
+  const std::size_t rotation = tri + 4;
+  const std::size_t translation = rotation + 9 * 8;
+  const std::size_t color_flag = translation + 3 * 8;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+
+  ASSERT_THAT(ParseAssembly(good), IsOk());
+  // Counts: too large for the file (never allocated), zero, inconsistent.
+  EXPECT_THAT(ParseAssembly(Patched(good, kPartCount, uint32_t{0xffffffff})),
+              StatusIs(kInternal, "do not fit"));
+  EXPECT_THAT(ParseAssembly(Patched(good, kInstanceCount, uint32_t{0xffffffff})),
+              StatusIs(kInternal, "do not fit"));
+  EXPECT_THAT(ParseAssembly(Patched(good, kPartCount, uint32_t{0})),
+              StatusIs(kInternal, "without parts or instances"));
+  EXPECT_THAT(ParseAssembly(Patched(good, kRootsTransferred, int32_t{3})),
+              StatusIs(kInternal, "inconsistent"));
+  EXPECT_THAT(ParseAssembly(Patched(good, kEmptyParts, int32_t{-1})),
+              StatusIs(kInternal, "inconsistent"));
+  // Strings: longer than the limit or than the file.
+  EXPECT_THAT(ParseAssembly(Patched(good, kFirstPart, uint32_t{0xffffffff})),
+              StatusIs(kInternal, "part name of 4294967295 bytes"));
+  EXPECT_THAT(ParseAssembly(Patched(good, kFirstPart,
+                                    static_cast<uint32_t>(internal::kMaxWorkerStringBytes + 1))),
+              StatusIs(kInternal, "part name of 65537 bytes"));
+  EXPECT_THAT(ParseAssembly(Patched(good, kFirstPart, uint32_t{60000})),
+              StatusIs(kInternal, "truncated part name"));
+  // A part's mesh record: its length must hold exactly one mesh.
+  uint64_t mesh_length = 0;
+  std::memcpy(&mesh_length, good.data() + kFirstMeshLength, 8);
+  EXPECT_THAT(ParseAssembly(Patched(good, kFirstMeshLength, mesh_length + 1)),
+              StatusIs(kInternal, "(part 0)"));
+  EXPECT_THAT(ParseAssembly(Patched(good, kFirstMeshLength, mesh_length - 1)),
+              StatusIs(kInternal, "(part 0)"));
+  EXPECT_THAT(ParseAssembly(Patched(good, kFirstMeshLength, ~uint64_t{0})),
+              StatusIs(kInternal, "truncated mesh of part 0"));
+  // Mesh counts inside a part, huge enough to overflow a careless size check.
+  EXPECT_THAT(ParseAssembly(Patched(good, kFirstMeshLength + 8 + 7 * 4 + 8, ~uint64_t{0})),
+              StatusIs(kInternal, "do not match"));
+  // Part indices.
+  EXPECT_THAT(ParseAssembly(Patched(good, tri, uint32_t{2})),
+              StatusIs(kInternal, "instance part index 2 out of range"));
+  EXPECT_THAT(ParseAssembly(Patched(good, tri, uint32_t{0xffffffff})),
+              StatusIs(kInternal, "out of range"));
+  // Placements: non-finite or absurd rotation entries and translations.
+  for (const double bad : {nan, inf, -inf, 1e300, -2 * internal::kMaxAbsRotationEntry}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(ParseAssembly(Patched(good, rotation + 8 * 4, bad)),
+                StatusIs(kInternal, "placement not finite or out of range"));
+  }
+  for (const double bad : {nan, inf, 2 * internal::kMaxAbsCoordinateMm}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(ParseAssembly(Patched(good, translation + 8 * 2, bad)),
+                StatusIs(kInternal, "placement not finite or out of range"));
+  }
+  // Colours: the flag is 0 or 1, components lie in [0, 1] and are 0 without a colour.
+  EXPECT_THAT(ParseAssembly(Patched(good, color_flag, uint8_t{2})),
+              StatusIs(kInternal, "colour flag 2"));
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), 1.5f, -0.25f}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(ParseAssembly(Patched(good, color_flag + 1, bad)),
+                StatusIs(kInternal, "colour out of range"));
+  }
+  const std::size_t plain_color = plain + 4 + 12 * 8 + 1;
+  EXPECT_THAT(ParseAssembly(Patched(good, plain_color, 0.5f)),
+              StatusIs(kInternal, "colour out of range"));
+  // Sizes.
+  EXPECT_THAT(ParseAssembly(good + "x"), StatusIs(kInternal, "trailing bytes"));
+  EXPECT_THAT(internal::ParseWorkerOutput<ImportedAssembly>(good, good.size() - 1),
+              StatusIs(kInternal, "exceed the limit"));
+}
+
+TEST(WorkerAssemblyFormat, TruncationsAreAlwaysRejected) {
+  for (const std::string& bytes :
+       {EncodedSmallAssembly(), internal::EncodeWorkerOutput<ImportedAssembly>(
+                                    absl::InvalidArgumentError("assemble: too deep"))}) {
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      EXPECT_THAT(ParseAssembly(bytes.substr(0, n)), StatusIs(kInternal, "malformed worker output"))
+          << "prefix of " << n << " of " << bytes.size() << " bytes";
+    }
+  }
+}
+
+TEST(WorkerAssemblyFormat, RandomCorruptionsNeverBreakTheInvariants) {
+  constexpr uint32_t kSeed = 20261123;
+  SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
+  std::mt19937 rng = clash::testing::SeededRng(kSeed);
+  const std::string good = EncodedSmallAssembly();
+  // Values that break counts, lengths and indices when written over a 32-bit field.
+  constexpr std::array<uint32_t, 7> kSpecial{0, 1, 2, 3, 0x7fffffff, 0x80000000, 0xffffffff};
+  const int trials = clash::testing::Trials(40000);
+  int accepted = 0;
+  for (int trial = 0; trial < trials; ++trial) {
+    std::string bytes = good;
+    if (trial % 2 == 0) {
+      const int flips = 1 + static_cast<int>(rng() % 4);
+      for (int f = 0; f < flips; ++f) {
+        bytes[rng() % bytes.size()] ^= static_cast<char>(1 + rng() % 255);
+      }
+    } else {
+      const uint32_t value = kSpecial[rng() % kSpecial.size()];
+      bytes = Patched(bytes, rng() % (bytes.size() - 3), value);
+    }
+    const absl::StatusOr<ImportedAssembly> parsed = ParseAssembly(bytes);
+    if (parsed.ok()) {
+      ++accepted;
+      ExpectParsedInvariants(*parsed);
+    } else if (parsed.status().code() == kInternal) {
+      EXPECT_THAT(parsed.status().message(), HasSubstr("malformed worker output"));
+    } else {
+      ADD_FAILURE() << "an assembly file parsed as a worker error: " << parsed.status();
+    }
+  }
+  // Changes inside coordinates, names, colours or report counts can still give a valid file.
+  EXPECT_GT(accepted, 0);
+}
+
+}  // namespace
+}  // namespace clash::cad
