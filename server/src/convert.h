@@ -1,0 +1,29 @@
+// Conversions between the wire types of clash.v1 and the geometry core, with validation.
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "clash/geom/aabb.h"
+#include "clash/geom/transform.h"
+#include "clash/v1/common.pb.h"
+#include "grpcpp/support/status.h"
+
+namespace clash::server {
+
+[[nodiscard]] inline geom::Vec3 FromProto(const v1::Vec3& v) { return {v.x(), v.y(), v.z()}; }
+void ToProto(const geom::Vec3& v, v1::Vec3* out);
+void ToProto(const geom::Aabb& box, v1::Box3* out);
+
+/// X_WP from a wire pose. INVALID_ARGUMENT (naming `what`) for non-finite values, a quaternion
+/// whose norm is not within 1e-6 of 1, or a matrix that is not a rotation within 1e-6.
+[[nodiscard]] absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose,
+                                                                 std::string_view what);
+/// A wire pose (translation + unit quaternion with w >= 0).
+void ToProto(const geom::RigidTransform& X, v1::Pose* out);
+
+/// The gRPC status of an absl status (same code and message).
+[[nodiscard]] grpc::Status ToGrpc(const absl::Status& status);
+
+}  // namespace clash::server

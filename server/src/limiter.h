@@ -1,0 +1,55 @@
+// Admission control: a bounded number of running jobs and a bounded wait queue. Past both,
+// callers get RESOURCE_EXHAUSTED at once (RELIABILITY.md, requirement 9).
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace clash::server {
+
+class WorkLimiter {
+ public:
+  /// Releases its slot when destroyed.
+  class Permit {
+   public:
+    Permit() = default;
+    explicit Permit(WorkLimiter* owner) : owner_(owner) {}
+    Permit(Permit&& o) noexcept : owner_(o.owner_) { o.owner_ = nullptr; }
+    Permit& operator=(Permit&& o) noexcept;
+    Permit(const Permit&) = delete;
+    Permit& operator=(const Permit&) = delete;
+    ~Permit();
+
+   private:
+    WorkLimiter* owner_ = nullptr;
+  };
+
+  WorkLimiter(std::string name, int slots, int queue)
+      : name_(std::move(name)), slots_(slots), queue_(queue) {}
+
+  /// A slot, waiting in the queue while `stop` stays OK. RESOURCE_EXHAUSTED when every slot is
+  /// busy and the queue is full; `stop`'s status when it fires while waiting.
+  [[nodiscard]] absl::StatusOr<Permit> Acquire(const std::function<absl::Status()>& stop);
+
+  [[nodiscard]] int running() const;
+  [[nodiscard]] int waiting() const;
+  [[nodiscard]] int slots() const { return slots_; }
+  [[nodiscard]] const std::string& name() const { return name_; }
+
+ private:
+  void Release();
+
+  std::string name_;
+  int slots_;
+  int queue_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int running_ = 0;
+  int waiting_ = 0;
+};
+
+}  // namespace clash::server

@@ -1,0 +1,89 @@
+// clashd: the collision-checking service. Runs on its embedded defaults with no arguments;
+// `clashd --help` lists every setting, which may also come from a TOML/INI file (--config).
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "log.h"
+#include "server.h"
+
+int main(int argc, char** argv) {
+  clash::server::ServerConfig config;
+  CLI::App app{"clashd: collision, clearance and ray queries on CAD assemblies over gRPC"};
+  app.set_config("--config", "", "Read settings from a TOML or INI file (keys = long flag names)");
+  app.add_option("--listen", config.listen, "gRPC address (host:port)")->capture_default_str();
+  app.add_option("--data-dir", config.data_dir, "Folder for parts, scenes and the import cache")
+      ->capture_default_str();
+  app.add_option("--metrics-listen", config.metrics_listen,
+                 "Prometheus /metrics HTTP address; empty disables")
+      ->capture_default_str();
+  app.add_flag("--reflection", config.reflection, "Serve gRPC server reflection");
+  app.add_option("--query-slots", config.query_slots, "Queries running at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--query-queue", config.query_queue, "Queries waiting beyond the slots")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--import-slots", config.import_slots, "Import worker processes at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--import-queue", config.import_queue, "Imports waiting beyond the slots")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
+  app.add_option("--max-upload-bytes", config.max_upload_bytes, "Largest CAD upload")
+      ->capture_default_str();
+  app.add_option("--max-message-bytes", config.max_message_bytes, "Largest gRPC message")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1} << 20, std::size_t{2000} << 20));
+  app.add_option("--max-part-triangles", config.max_part_triangles, "Largest part")
+      ->capture_default_str();
+  app.add_option("--max-query-seconds", config.max_query_seconds,
+                 "Deadline of a query when the client sets none or a later one")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-import-seconds", config.max_import_seconds,
+                 "Deadline of an import (worker wall-clock limit)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--worker", config.worker_path,
+                 "clash-cad-worker executable (default: next to clashd, or $CLASH_CAD_WORKER)");
+  app.add_option("--import-memory-bytes", config.import_memory_bytes,
+                 "Address-space limit of an import worker")
+      ->capture_default_str();
+  app.add_option("--shutdown-grace-seconds", config.shutdown_grace_seconds,
+                 "On SIGTERM: time in-flight calls get before they are cancelled")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--quiet", config.quiet, "No per-RPC log lines");
+  CLI11_PARSE(app, argc, argv);
+
+  // SIGTERM and SIGINT are taken by one thread, which shuts the server down gracefully.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto server = clash::server::ClashServer::Start(config);
+  if (!server.ok()) {
+    std::fprintf(stderr, "clashd: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    clash::server::LogLine(clash::server::LogLevel::kInfo,
+                           absl::StrCat("signal ", sig, ": draining"));
+    (*server)->Shutdown();
+  });
+  (*server)->Wait();
+  // Wake the waiter if the server stopped for another reason.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return 0;
+}

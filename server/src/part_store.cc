@@ -1,0 +1,194 @@
+#include "part_store.h"
+
+#include <cmath>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "clash/cad/import_cache.h"
+#include "clash/geom/mesh.h"
+#include "clash/geom/status_macros.h"
+#include "convert.h"
+#include "log.h"
+#include "server/proto/store.pb.h"
+#include "storage.h"
+
+namespace clash::server {
+namespace {
+
+constexpr std::size_t kMaxPartFileBytes = std::size_t{4} << 30;
+
+bool IsHexId(const std::string& id, char prefix) {
+  if (id.size() != 33 || id[0] != prefix) return false;
+  for (std::size_t i = 1; i < id.size(); ++i) {
+    const char c = id[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+// The id of a stored part: a hash of everything but its name.
+std::string ContentId(store::v1::StoredPart part) {
+  part.clear_name();
+  std::string bytes;
+  part.SerializeToString(&bytes);
+  return absl::StrCat("p", cad::Sha256Hex(bytes).substr(0, 32));
+}
+
+template <class T>
+std::span<const T> Span(const google::protobuf::RepeatedField<T>& f) {
+  return {f.data(), static_cast<std::size_t>(f.size())};
+}
+
+absl::StatusOr<std::shared_ptr<const PartEntry>> Build(const std::string& id,
+                                                       const store::v1::StoredPart& stored,
+                                                       std::size_t max_triangles) {
+  geom::MeshOptions mesh_options;
+  mesh_options.max_triangles = max_triangles;
+  CLASH_ASSIGN_OR_RETURN(
+      geom::TriangleMesh mesh,
+      geom::TriangleMesh::FromBuffers(Span(stored.xyz_mm()), Span(stored.triangles()),
+                                      Span(stored.face_ids()), mesh_options));
+  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const geom::Part> part,
+                         geom::Part::Create(std::move(mesh)));
+  auto entry = std::make_shared<PartEntry>();
+  entry->geom = part;
+  entry->deflection_mm = stored.deflection_mm();
+  v1::Part& info = entry->info;
+  info.set_part_id(id);
+  info.set_name(stored.name());
+  const geom::TriangleMesh& m = part->mesh();
+  info.set_triangle_count(m.num_triangles());
+  info.set_vertex_count(m.vertices().size());
+  ToProto(m.bounds(), info.mutable_bounds());
+  info.set_closed(m.IsClosed());
+  info.set_deflection_mm(stored.deflection_mm());
+  info.set_faces_total(stored.faces_total());
+  info.set_faces_meshed(stored.faces_meshed());
+  const geom::PartStats& s = part->stats();
+  v1::HierarchyStats* h = info.mutable_hierarchy();
+  h->set_nodes(s.nodes);
+  h->set_leaves(s.leaves);
+  h->set_aabb_nodes(s.aabb_nodes);
+  h->set_obb_nodes(s.obb_nodes);
+  h->set_depth(s.depth);
+  h->set_volume_saved_fraction(s.VolumeSaved());
+  info.set_memory_bytes(s.memory_bytes);
+  info.set_welded_vertices(m.stats().welded_vertices);
+  info.set_degenerate_triangles(m.stats().degenerate_triangles);
+  info.set_boundary_edges(m.stats().boundary_edges);
+  return std::shared_ptr<const PartEntry>(std::move(entry));
+}
+
+}  // namespace
+
+bool PartStore::IsPartId(const std::string& id) { return IsHexId(id, 'p'); }
+
+absl::StatusOr<std::unique_ptr<PartStore>> PartStore::Open(std::string dir,
+                                                           std::size_t max_triangles) {
+  std::unique_ptr<PartStore> store(new PartStore(std::move(dir), max_triangles));
+  CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_ + "/parts"));
+  CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_ + "/assemblies"));
+  RemoveStaleTemporaries(store->dir_ + "/parts");
+  RemoveStaleTemporaries(store->dir_ + "/assemblies");
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(store->dir_ + "/parts", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!absl::EndsWith(name, ".pb")) continue;
+    const std::string id = name.substr(0, name.size() - 3);
+    if (IsPartId(id)) store->ids_.insert(id);
+  }
+  return store;
+}
+
+std::string PartStore::PartPath(const std::string& id) const {
+  return absl::StrCat(dir_, "/parts/", id, ".pb");
+}
+
+std::string PartStore::AssemblyPath(const std::string& id) const {
+  return absl::StrCat(dir_, "/assemblies/", id, ".pb");
+}
+
+absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Put(const PartInput& input) {
+  if (input.triangles.size() / 3 > max_triangles_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("part '", input.name, "' has ", input.triangles.size() / 3,
+                     " triangles, above the limit of ", max_triangles_));
+  }
+  if (!std::isfinite(input.deflection_mm) || input.deflection_mm < 0) {
+    return absl::InvalidArgumentError("deflection_mm must be finite and >= 0");
+  }
+  store::v1::StoredPart stored;
+  stored.set_name(input.name);
+  stored.mutable_xyz_mm()->Add(input.xyz_mm.begin(), input.xyz_mm.end());
+  stored.mutable_triangles()->Add(input.triangles.begin(), input.triangles.end());
+  stored.mutable_face_ids()->Add(input.face_ids.begin(), input.face_ids.end());
+  stored.set_deflection_mm(input.deflection_mm);
+  stored.set_faces_total(input.faces_total);
+  stored.set_faces_meshed(input.faces_meshed);
+  const std::string id = ContentId(stored);
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = loaded_.find(id); it != loaded_.end()) return it->second;
+  }
+  // Validates the buffers (and builds the hierarchy) before anything is written.
+  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, Build(id, stored, max_triangles_));
+  std::string bytes;
+  stored.SerializeToString(&bytes);
+  CLASH_RETURN_IF_ERROR(WriteFileAtomically(PartPath(id), bytes));
+  std::lock_guard lock(mu_);
+  ids_.insert(id);
+  auto [it, inserted] = loaded_.emplace(id, entry);
+  return it->second;
+}
+
+absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Get(const std::string& id) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = loaded_.find(id); it != loaded_.end()) return it->second;
+    if (!ids_.contains(id)) return absl::NotFoundError(absl::StrCat("no part ", id));
+  }
+  absl::StatusOr<std::string> bytes = ReadWholeFile(PartPath(id), kMaxPartFileBytes);
+  store::v1::StoredPart stored;
+  if (!bytes.ok() || !stored.ParseFromString(*bytes) || ContentId(stored) != id) {
+    LogLine(LogLevel::kError,
+            absl::StrCat("part store: ", PartPath(id), " is unreadable or damaged"));
+    return absl::NotFoundError(absl::StrCat("no part ", id, " (stored file damaged)"));
+  }
+  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, Build(id, stored, max_triangles_));
+  std::lock_guard lock(mu_);
+  auto [it, inserted] = loaded_.emplace(id, entry);
+  return it->second;
+}
+
+std::vector<std::string> PartStore::ListIds(const std::string& after, std::size_t limit) const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (auto it = ids_.upper_bound(after); it != ids_.end() && out.size() < limit; ++it) {
+    out.push_back(*it);
+  }
+  return out;
+}
+
+absl::Status PartStore::PutAssembly(const v1::Assembly& assembly) {
+  std::string bytes;
+  assembly.SerializeToString(&bytes);
+  return WriteFileAtomically(AssemblyPath(assembly.assembly_id()), bytes);
+}
+
+absl::StatusOr<v1::Assembly> PartStore::GetAssembly(const std::string& id) const {
+  if (!IsHexId(id, 'a')) return absl::NotFoundError(absl::StrCat("no assembly ", id));
+  absl::StatusOr<std::string> bytes = ReadWholeFile(AssemblyPath(id), kMaxPartFileBytes);
+  if (absl::IsNotFound(bytes.status())) {
+    return absl::NotFoundError(absl::StrCat("no assembly ", id));
+  }
+  if (!bytes.ok()) return bytes.status();
+  v1::Assembly assembly;
+  if (!assembly.ParseFromString(*bytes) || assembly.assembly_id() != id) {
+    return absl::NotFoundError(absl::StrCat("no assembly ", id, " (stored file damaged)"));
+  }
+  return assembly;
+}
+
+}  // namespace clash::server

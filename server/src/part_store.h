@@ -1,0 +1,77 @@
+// The content-addressed part store: parts (meshes + hierarchies) and imported assemblies on
+// disk, loaded into memory on first use and shared read-only by every scene and query.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "clash/geom/part.h"
+#include "clash/v1/parts.pb.h"
+
+namespace clash::server {
+
+/// A loaded part: its description for the API and its geometry.
+struct PartEntry {
+  v1::Part info;                           ///< What GetPart answers.
+  std::shared_ptr<const geom::Part> geom;  ///< Mesh + hierarchy in the part frame.
+  double deflection_mm = 0.0;              ///< Tessellation deflection (0: exact).
+};
+
+/// Raw part buffers, as imported or uploaded.
+struct PartInput {
+  std::string name;
+  std::span<const double> xyz_mm;
+  std::span<const uint32_t> triangles;
+  std::span<const uint32_t> face_ids;  ///< Empty or one per triangle.
+  double deflection_mm = 0.0;
+  int faces_total = 0;
+  int faces_meshed = 0;
+};
+
+class PartStore {
+ public:
+  /// Opens (creating) `dir` with parts/ and assemblies/ inside. max_triangles caps every part.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<PartStore>> Open(std::string dir,
+                                                                       std::size_t max_triangles);
+
+  /// Validates the buffers, builds the part and stores it (durably) unless a part with the same
+  /// content exists. INVALID_ARGUMENT for bad buffers, RESOURCE_EXHAUSTED above the limit.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Put(const PartInput& input);
+
+  /// The part with this id, loaded on first use. NOT_FOUND when unknown (or its file is
+  /// damaged, which is logged).
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Get(const std::string& id);
+
+  /// Up to `limit` part ids greater than `after`, in order.
+  [[nodiscard]] std::vector<std::string> ListIds(const std::string& after, std::size_t limit) const;
+
+  /// Stores an assembly (durably) under its id.
+  [[nodiscard]] absl::Status PutAssembly(const v1::Assembly& assembly);
+  /// NOT_FOUND when unknown.
+  [[nodiscard]] absl::StatusOr<v1::Assembly> GetAssembly(const std::string& id) const;
+
+  /// True for strings shaped like part ids ("p" + 32 lowercase hex digits).
+  [[nodiscard]] static bool IsPartId(const std::string& id);
+
+ private:
+  PartStore(std::string dir, std::size_t max_triangles)
+      : dir_(std::move(dir)), max_triangles_(max_triangles) {}
+  [[nodiscard]] std::string PartPath(const std::string& id) const;
+  [[nodiscard]] std::string AssemblyPath(const std::string& id) const;
+
+  std::string dir_;
+  std::size_t max_triangles_;
+  mutable std::mutex mu_;
+  std::set<std::string> ids_;                                       // on disk
+  std::map<std::string, std::shared_ptr<const PartEntry>> loaded_;  // in memory
+};
+
+}  // namespace clash::server

@@ -1,0 +1,583 @@
+#include "query_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "clash/cad/import_cache.h"
+#include "clash/geom/query.h"
+#include "clash/geom/status_macros.h"
+#include "convert.h"
+
+namespace clash::server {
+namespace {
+
+using geom::Aabb;
+using geom::RigidTransform;
+
+// Pairs between two stop checks.
+constexpr int kStopEvery = 16;
+
+// An instance with the pose a query uses (stored or overridden).
+struct Posed {
+  const InstanceRec* rec = nullptr;
+  RigidTransform X_WP;
+  Aabb box;
+  bool overridden = false;
+};
+
+using IdSet = absl::flat_hash_set<uint64_t>;
+
+// Effective poses of every enabled instance that a query may touch.
+class PosedScene {
+ public:
+  static absl::StatusOr<PosedScene> Make(
+      const Scene& scene, const google::protobuf::RepeatedPtrField<v1::PoseUpdate>& overrides) {
+    PosedScene ps;
+    for (const v1::PoseUpdate& u : overrides) {
+      const InstanceRec* rec = scene.Find(u.instance_id());
+      if (rec == nullptr) {
+        return absl::NotFoundError(absl::StrCat("no instance ", u.instance_id(), " in scene"));
+      }
+      CLASH_ASSIGN_OR_RETURN(RigidTransform X,
+                             PoseFromProto(u.pose(), absl::StrCat("pose of ", rec->path)));
+      ps.overrides_[rec->id] = X;
+    }
+    return ps;
+  }
+
+  Posed Get(const InstanceRec& rec) const {
+    Posed p{&rec, rec.X_WP, rec.world_box, false};
+    if (auto it = overrides_.find(rec.id); it != overrides_.end()) {
+      p.X_WP = it->second;
+      p.box = rec.part->geom->bounds().Transformed(p.X_WP);
+      p.overridden = true;
+    }
+    return p;
+  }
+  bool IsOverridden(uint64_t id) const { return overrides_.contains(id); }
+  bool HasOverrides() const { return !overrides_.empty(); }
+
+ private:
+  absl::flat_hash_map<uint64_t, RigidTransform> overrides_;
+};
+
+IdSet ToSet(const std::vector<const InstanceRec*>& v) {
+  IdSet s;
+  s.reserve(v.size());
+  for (const InstanceRec* r : v) s.insert(r->id);
+  return s;
+}
+
+// The contact tolerance of a pair: explicit, else the sum of the deflections, at least 1e-6 of
+// the larger part.
+double PairTolerance(const v1::Tolerances& tol, const InstanceRec& a, const InstanceRec& b) {
+  if (tol.has_contact_tolerance_mm()) return tol.contact_tolerance_mm();
+  const double floor =
+      1e-6 * std::max(a.part->geom->bounds().Diagonal(), b.part->geom->bounds().Diagonal());
+  return std::max(a.part->deflection_mm + b.part->deflection_mm, floor);
+}
+
+// Candidate pairs (ids ordered low, high) whose world boxes, grown by `margin`, overlap: every
+// pair with one instance in A and the other in B (or two in A when B is null).
+std::vector<std::pair<const InstanceRec*, const InstanceRec*>> CandidatePairs(
+    const Scene& scene, const PosedScene& posed, const std::vector<const InstanceRec*>& set_a,
+    const IdSet& in_a, const IdSet* in_b, double margin) {
+  absl::flat_hash_set<std::pair<uint64_t, uint64_t>> seen;
+  std::vector<std::pair<const InstanceRec*, const InstanceRec*>> out;
+  auto valid = [&](uint64_t x, uint64_t y) {
+    if (x == y) return false;
+    if (in_b == nullptr) return in_a.contains(x) && in_a.contains(y);
+    return (in_a.contains(x) && in_b->contains(y)) || (in_b->contains(x) && in_a.contains(y));
+  };
+  auto consider = [&](const InstanceRec* x, const InstanceRec* y) {
+    if (!valid(x->id, y->id)) return;
+    if (x->id > y->id) std::swap(x, y);
+    if (seen.insert({x->id, y->id}).second) out.emplace_back(x, y);
+  };
+  // Overridden instances are not where the tree has them: test them against everything.
+  std::vector<const InstanceRec*> overridden;
+  if (posed.HasOverrides()) {
+    for (const auto& [id, rec] : scene.instances) {
+      if (rec.enabled && posed.IsOverridden(id)) overridden.push_back(&rec);
+    }
+  }
+  for (const InstanceRec* a : set_a) {
+    if (posed.IsOverridden(a->id)) continue;
+    scene.tree.Query(a->world_box.Inflated(margin), [&](uint64_t other) {
+      if (!posed.IsOverridden(other)) {
+        if (const InstanceRec* b = scene.Find(other)) consider(a, b);
+      }
+      return true;
+    });
+  }
+  for (const InstanceRec* o : overridden) {
+    const Aabb box = posed.Get(*o).box.Inflated(margin);
+    for (const auto& [id, rec] : scene.instances) {
+      if (!rec.enabled || id == o->id) continue;
+      if (box.Overlaps(posed.Get(rec).box)) consider(o, &rec);
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& p, const auto& q) {
+    return std::pair(p.first->id, p.second->id) < std::pair(q.first->id, q.second->id);
+  });
+  return out;
+}
+
+v1::ClashClass ToProto(geom::ClashClass c) {
+  switch (c) {
+    case geom::ClashClass::kHard:
+      return v1::HARD;
+    case geom::ClashClass::kContact:
+      return v1::CONTACT;
+    case geom::ClashClass::kClearance:
+      return v1::CLEARANCE;
+    case geom::ClashClass::kContained:
+      return v1::CONTAINED;
+    case geom::ClashClass::kClear:
+      break;
+  }
+  return v1::CLASH_CLASS_UNSPECIFIED;
+}
+
+int ClassRank(v1::ClashClass c) {
+  switch (c) {
+    case v1::HARD:
+      return 0;
+    case v1::CONTAINED:
+      return 1;
+    case v1::CONTACT:
+      return 2;
+    case v1::CLEARANCE:
+      return 3;
+    default:
+      return 4;
+  }
+}
+
+// An allowed-interference rule resolved to instance sets.
+struct Rule {
+  std::string name;
+  IdSet a;
+  IdSet b;
+  bool pairs_within_a = true;
+  absl::flat_hash_set<int> classes;
+  double max_depth_mm = 0;
+
+  bool Covers(uint64_t x, uint64_t y, v1::ClashClass cls, double depth) const {
+    const bool pair = pairs_within_a
+                          ? (a.contains(x) && a.contains(y))
+                          : ((a.contains(x) && b.contains(y)) || (b.contains(x) && a.contains(y)));
+    if (!pair) return false;
+    if (!classes.empty() && !classes.contains(cls)) return false;
+    return !(cls == v1::HARD && max_depth_mm > 0 && depth > max_depth_mm);
+  }
+};
+
+// A selector whose instances include disabled ones (rules name instances regardless).
+absl::StatusOr<IdSet> SelectorIds(const Scene& scene, const v1::InstanceSelector& sel) {
+  CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> v, SelectInstances(scene, sel));
+  return ToSet(v);
+}
+
+absl::StatusOr<std::pair<uint64_t, std::size_t>> ParsePageToken(const std::string& token) {
+  if (token.empty()) return std::pair<uint64_t, std::size_t>{0, 0};
+  std::vector<std::string> parts = absl::StrSplit(token, ':');
+  uint64_t version = 0;
+  std::size_t offset = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &version) ||
+      !absl::SimpleAtoi(parts[1], &offset)) {
+    return absl::InvalidArgumentError("malformed page_token");
+  }
+  return std::pair{version, offset};
+}
+
+void Witness(const geom::Part& part, uint32_t tri, uint32_t* face) {
+  *face = part.mesh().tags().empty() ? 0 : part.mesh().tags()[tri];
+}
+
+}  // namespace
+
+std::string ClashId(const std::string& path_a, const std::string& path_b) {
+  return absl::StrCat("c", cad::Sha256Hex(absl::StrCat(path_a, "\n", path_b)).substr(0, 16));
+}
+
+absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(
+    const Scene& scene, const v1::InstanceSelector& selector) {
+  std::vector<const InstanceRec*> out;
+  if (selector.instance_ids().empty() && selector.groups().empty() &&
+      selector.path_prefixes().empty()) {
+    for (const auto& [id, rec] : scene.instances) {
+      if (rec.enabled) out.push_back(&rec);
+    }
+    return out;
+  }
+  IdSet chosen;
+  for (uint64_t id : selector.instance_ids()) {
+    if (scene.Find(id) == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no instance ", id, " in scene"));
+    }
+    chosen.insert(id);
+  }
+  for (const std::string& g : selector.groups()) {
+    auto it = scene.groups.find(g);
+    if (it == scene.groups.end()) return absl::NotFoundError(absl::StrCat("no group '", g, "'"));
+    chosen.insert(it->second.begin(), it->second.end());
+  }
+  for (const std::string& prefix : selector.path_prefixes()) {
+    bool any = false;
+    for (const auto& [id, rec] : scene.instances) {
+      if (rec.path == prefix || absl::StartsWith(rec.path, absl::StrCat(prefix, "/"))) {
+        chosen.insert(id);
+        any = true;
+      }
+    }
+    if (!any) return absl::NotFoundError(absl::StrCat("no instance under path '", prefix, "'"));
+  }
+  for (const auto& [id, rec] : scene.instances) {
+    if (rec.enabled && chosen.contains(id)) out.push_back(&rec);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
+                                                         const v1::InterferenceRequest& request,
+                                                         const StopCheck& stop) {
+  const v1::Tolerances& tol = request.tolerances();
+  if (tol.has_contact_tolerance_mm() &&
+      !(std::isfinite(tol.contact_tolerance_mm()) && tol.contact_tolerance_mm() >= 0)) {
+    return absl::InvalidArgumentError("contact_tolerance_mm must be finite and >= 0");
+  }
+  if (!(std::isfinite(tol.clearance_mm()) && tol.clearance_mm() >= 0)) {
+    return absl::InvalidArgumentError("clearance_mm must be finite and >= 0");
+  }
+  if (request.page_size() < 0) return absl::InvalidArgumentError("page_size must be >= 0");
+  const std::size_t page_size =
+      request.page_size() == 0 ? 1000 : std::min(request.page_size(), 10000);
+  CLASH_ASSIGN_OR_RETURN(auto token, ParsePageToken(request.page_token()));
+  if (!request.page_token().empty() && token.first != scene.version) {
+    return absl::FailedPreconditionError(absl::StrCat("page_token is from scene version ",
+                                                      token.first, "; the scene is now at ",
+                                                      scene.version, ": start again"));
+  }
+  CLASH_ASSIGN_OR_RETURN(PosedScene posed, PosedScene::Make(scene, request.pose_overrides()));
+  CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> set_a,
+                         SelectInstances(scene, request.set_a()));
+  const IdSet in_a = ToSet(set_a);
+  IdSet in_b;
+  if (request.has_set_b()) {
+    CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> set_b,
+                           SelectInstances(scene, request.set_b()));
+    in_b = ToSet(set_b);
+  }
+  std::vector<Rule> rules;
+  for (const v1::AllowedInterference& r : request.allowed()) {
+    Rule rule;
+    rule.name = r.name();
+    CLASH_ASSIGN_OR_RETURN(rule.a, SelectorIds(scene, r.a()));
+    rule.pairs_within_a = !r.has_b();
+    if (r.has_b()) {
+      CLASH_ASSIGN_OR_RETURN(rule.b, SelectorIds(scene, r.b()));
+    }
+    for (int c : r.classes()) rule.classes.insert(c);
+    rule.max_depth_mm = r.max_depth_mm();
+    rules.push_back(std::move(rule));
+  }
+
+  // The broad phase grows boxes by the largest tolerance any pair can have.
+  double max_deflection = 0;
+  double max_diag = 0;
+  for (const auto& [id, rec] : scene.instances) {
+    max_deflection = std::max(max_deflection, rec.part->deflection_mm);
+    max_diag = std::max(max_diag, rec.part->geom->bounds().Diagonal());
+  }
+  const double max_tau = tol.has_contact_tolerance_mm()
+                             ? tol.contact_tolerance_mm()
+                             : std::max(2 * max_deflection, 1e-6 * max_diag);
+  const double margin = std::max(max_tau, tol.clearance_mm());
+  const auto candidates =
+      CandidatePairs(scene, posed, set_a, in_a, request.has_set_b() ? &in_b : nullptr, margin);
+
+  v1::InterferenceResponse response;
+  v1::InterferenceSummary* summary = response.mutable_summary();
+  {
+    IdSet involved = in_a;
+    involved.insert(in_b.begin(), in_b.end());
+    summary->set_instances(involved.size());
+  }
+  std::vector<v1::Clash> clashes;
+  int since_stop = 0;
+  for (const auto& [ra, rb] : candidates) {
+    if (++since_stop == kStopEvery) {
+      since_stop = 0;
+      if (stop) CLASH_RETURN_IF_ERROR(stop());
+    }
+    const Posed a = posed.Get(*ra);
+    const Posed b = posed.Get(*rb);
+    geom::PairTolerances pt;
+    pt.contact_mm = PairTolerance(tol, *ra, *rb);
+    pt.clearance_mm = tol.clearance_mm();
+    if (!a.box.Inflated(std::max(pt.contact_mm, pt.clearance_mm)).Overlaps(b.box)) continue;
+    summary->set_candidate_pairs(summary->candidate_pairs() + 1);
+    geom::PairClassification pc;
+    bool cached = false;
+    const bool cacheable = !a.overridden && !b.overridden;
+    if (cacheable) {
+      std::lock_guard lock(scene.cache_mu);
+      auto it = scene.pair_cache.find({ra->id, rb->id});
+      if (it != scene.pair_cache.end() && it->second.pose_version_a == ra->pose_version &&
+          it->second.pose_version_b == rb->pose_version && it->second.contact_mm == pt.contact_mm &&
+          it->second.clearance_mm == pt.clearance_mm) {
+        pc = it->second.result;
+        cached = true;
+      }
+    }
+    if (!cached) {
+      pc = geom::ClassifyPair(*ra->part->geom, a.X_WP, *rb->part->geom, b.X_WP, pt);
+      if (cacheable) {
+        std::lock_guard lock(scene.cache_mu);
+        if (scene.pair_cache.size() > 4'000'000) scene.pair_cache.clear();
+        scene.pair_cache[{ra->id, rb->id}] =
+            CachedPair{ra->pose_version, rb->pose_version, pt.contact_mm, pt.clearance_mm, pc};
+      }
+    } else {
+      summary->set_cached_pairs(summary->cached_pairs() + 1);
+    }
+    if (pc.cls == geom::ClashClass::kClear) continue;
+
+    v1::Clash c;
+    const bool swap = rb->path < ra->path;
+    const InstanceRec& x = swap ? *rb : *ra;
+    const InstanceRec& y = swap ? *ra : *rb;
+    c.set_clash_id(ClashId(x.path, y.path));
+    c.set_instance_a(x.id);
+    c.set_instance_b(y.id);
+    c.set_path_a(x.path);
+    c.set_path_b(y.path);
+    c.set_part_a(x.part->info.part_id());
+    c.set_part_b(y.part->info.part_id());
+    c.set_clash_class(ToProto(pc.cls));
+    c.set_depth_mm(pc.depth_mm);
+    c.set_distance_mm(std::isfinite(pc.distance_mm) ? pc.distance_mm : 0.0);
+    ToProto(swap ? pc.p_WB : pc.p_WA, c.mutable_point_a_mm());
+    ToProto(swap ? pc.p_WA : pc.p_WB, c.mutable_point_b_mm());
+    uint32_t face_a = 0;
+    uint32_t face_b = 0;
+    Witness(*ra->part->geom, pc.tri_a, &face_a);
+    Witness(*rb->part->geom, pc.tri_b, &face_b);
+    c.set_face_a(swap ? face_b : face_a);
+    c.set_face_b(swap ? face_a : face_b);
+    c.set_intersecting_triangle_pairs(static_cast<uint32_t>(pc.intersecting_pairs));
+    c.set_intersections_truncated(pc.intersections_truncated);
+    c.set_uncertain(pc.uncertain);
+    c.set_contact_tolerance_mm(pt.contact_mm);
+    for (const Rule& rule : rules) {
+      if (rule.Covers(x.id, y.id, c.clash_class(), c.depth_mm())) {
+        c.set_suppressed(true);
+        c.set_suppressed_by(rule.name);
+        break;
+      }
+    }
+    if (c.suppressed()) {
+      summary->set_suppressed(summary->suppressed() + 1);
+    } else {
+      switch (c.clash_class()) {
+        case v1::HARD:
+          summary->set_hard(summary->hard() + 1);
+          break;
+        case v1::CONTACT:
+          summary->set_contact(summary->contact() + 1);
+          break;
+        case v1::CLEARANCE:
+          summary->set_clearance(summary->clearance() + 1);
+          break;
+        case v1::CONTAINED:
+          summary->set_contained(summary->contained() + 1);
+          break;
+        default:
+          break;
+      }
+    }
+    clashes.push_back(std::move(c));
+  }
+  std::sort(clashes.begin(), clashes.end(), [](const v1::Clash& p, const v1::Clash& q) {
+    const int rp = ClassRank(p.clash_class());
+    const int rq = ClassRank(q.clash_class());
+    if (rp != rq) return rp < rq;
+    if (p.path_a() != q.path_a()) return p.path_a() < q.path_a();
+    return p.path_b() < q.path_b();
+  });
+  const std::size_t begin = std::min(token.second, clashes.size());
+  const std::size_t end = std::min(begin + page_size, clashes.size());
+  for (std::size_t i = begin; i < end; ++i) *response.add_clashes() = std::move(clashes[i]);
+  if (end < clashes.size()) response.set_next_page_token(absl::StrCat(scene.version, ":", end));
+  response.set_scene_version(scene.version);
+  *response.mutable_tolerances() = tol;
+  return response;
+}
+
+absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
+                                                 const v1::DistanceRequest& request,
+                                                 const StopCheck& stop) {
+  if (!(std::isfinite(request.max_distance_mm()) && request.max_distance_mm() >= 0)) {
+    return absl::InvalidArgumentError("max_distance_mm must be finite and >= 0");
+  }
+  CLASH_ASSIGN_OR_RETURN(PosedScene posed, PosedScene::Make(scene, request.pose_overrides()));
+  CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> set_a,
+                         SelectInstances(scene, request.set_a()));
+  std::vector<const InstanceRec*> set_b;
+  if (request.has_set_b()) {
+    CLASH_ASSIGN_OR_RETURN(set_b, SelectInstances(scene, request.set_b()));
+  }
+  // Every valid pair with the distance between its boxes, a lower bound of its distance.
+  struct Candidate {
+    double lower;
+    const InstanceRec* a;
+    const InstanceRec* b;
+  };
+  std::vector<Candidate> candidates;
+  std::vector<Posed> pa;
+  for (const InstanceRec* r : set_a) pa.push_back(posed.Get(*r));
+  std::vector<Posed> pb;
+  for (const InstanceRec* r : set_b) pb.push_back(posed.Get(*r));
+  const double limit = request.max_distance_mm() > 0 ? request.max_distance_mm()
+                                                     : std::numeric_limits<double>::infinity();
+  absl::flat_hash_set<std::pair<uint64_t, uint64_t>> seen;
+  auto add = [&](const Posed& x, const Posed& y) {
+    if (x.rec->id == y.rec->id) return;
+    const double lower = x.box.Distance(y.box);
+    if (lower > limit) return;
+    auto key = std::minmax(x.rec->id, y.rec->id);
+    if (!seen.insert({key.first, key.second}).second) return;
+    candidates.push_back({lower, x.rec, y.rec});
+  };
+  if (request.has_set_b()) {
+    for (const Posed& x : pa) {
+      for (const Posed& y : pb) add(x, y);
+    }
+  } else {
+    for (std::size_t i = 0; i < pa.size(); ++i) {
+      for (std::size_t j = i + 1; j < pa.size(); ++j) add(pa[i], pa[j]);
+    }
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& p, const Candidate& q) {
+    if (p.lower != q.lower) return p.lower < q.lower;
+    return std::pair(p.a->id, p.b->id) < std::pair(q.a->id, q.b->id);
+  });
+  v1::DistanceResponse response;
+  response.set_scene_version(scene.version);
+  double best = limit;
+  geom::DistanceResult best_result;
+  const InstanceRec* best_a = nullptr;
+  const InstanceRec* best_b = nullptr;
+  int since_stop = 0;
+  uint64_t measured = 0;
+  for (const Candidate& c : candidates) {
+    if (c.lower > best || (best_a != nullptr && c.lower >= best)) break;
+    if (++since_stop == kStopEvery) {
+      since_stop = 0;
+      if (stop) CLASH_RETURN_IF_ERROR(stop());
+    }
+    const Posed a = posed.Get(*c.a);
+    const Posed b = posed.Get(*c.b);
+    ++measured;
+    geom::DistanceResult d =
+        geom::Distance(*c.a->part->geom, a.X_WP, *c.b->part->geom, b.X_WP, best);
+    if (std::isfinite(d.distance) && (best_a == nullptr || d.distance < best)) {
+      best = d.distance;
+      best_result = d;
+      best_a = c.a;
+      best_b = c.b;
+    }
+  }
+  response.set_pairs_measured(measured);
+  if (best_a == nullptr) return response;
+  const bool swap = best_b->path < best_a->path;
+  response.set_found(true);
+  response.set_distance_mm(best_result.distance);
+  response.set_instance_a(swap ? best_b->id : best_a->id);
+  response.set_instance_b(swap ? best_a->id : best_b->id);
+  response.set_path_a(swap ? best_b->path : best_a->path);
+  response.set_path_b(swap ? best_a->path : best_b->path);
+  ToProto(swap ? best_result.p_WB : best_result.p_WA, response.mutable_point_a_mm());
+  ToProto(swap ? best_result.p_WA : best_result.p_WB, response.mutable_point_b_mm());
+  uint32_t face_a = 0;
+  uint32_t face_b = 0;
+  Witness(*best_a->part->geom, best_result.tri_a, &face_a);
+  Witness(*best_b->part->geom, best_result.tri_b, &face_b);
+  response.set_face_a(swap ? face_b : face_a);
+  response.set_face_b(swap ? face_a : face_b);
+  return response;
+}
+
+absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickRequest& request,
+                                         const StopCheck& stop, const QueryLimits& limits) {
+  if (request.rays_size() > limits.max_rays) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        request.rays_size(), " rays, above the limit of ", limits.max_rays, " per request"));
+  }
+  CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> targets,
+                         SelectInstances(scene, request.targets()));
+  const IdSet in_targets = ToSet(targets);
+  v1::PickResponse response;
+  response.set_scene_version(scene.version);
+  int since_stop = 0;
+  for (int i = 0; i < request.rays_size(); ++i) {
+    const v1::Ray& r = request.rays(i);
+    geom::Ray ray;
+    ray.origin = FromProto(r.origin_mm());
+    const geom::Vec3 dir = FromProto(r.direction());
+    const double len = dir.norm();
+    if (!ray.origin.allFinite() || !dir.allFinite() || !(len > 0) || !std::isfinite(len)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ray ", i, ": origin and direction must be finite, direction non-zero"));
+    }
+    if (!(std::isfinite(r.max_distance_mm()) && r.max_distance_mm() >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ray ", i, ": max_distance_mm must be finite and >= 0"));
+    }
+    ray.direction = dir / len;
+    if (r.max_distance_mm() > 0) ray.t_max = r.max_distance_mm();
+    if (++since_stop == kStopEvery * 64) {
+      since_stop = 0;
+      if (stop) CLASH_RETURN_IF_ERROR(stop());
+    }
+    std::optional<geom::RayHit> best;
+    const InstanceRec* best_rec = nullptr;
+    scene.tree.QueryRay(ray, [&](uint64_t id, double /*t_entry*/) {
+      if (!in_targets.contains(id)) return ray.t_max;
+      const InstanceRec* rec = scene.Find(id);
+      if (rec == nullptr) return ray.t_max;
+      std::optional<geom::RayHit> hit = geom::CastRay(*rec->part->geom, rec->X_WP, ray);
+      if (hit && (!best || hit->t < best->t)) {
+        best = hit;
+        best_rec = rec;
+        ray.t_max = hit->t;
+      }
+      return ray.t_max;
+    });
+    v1::PickHit* out = response.add_hits();
+    if (!best) continue;
+    out->set_hit(true);
+    out->set_instance_id(best_rec->id);
+    out->set_path(best_rec->path);
+    out->set_part_id(best_rec->part->info.part_id());
+    out->set_triangle(best_rec->part->geom->mesh().SourceIndex(best->triangle));
+    out->set_face_id(best->tag);
+    ToProto(best->p_W, out->mutable_point_mm());
+    ToProto(best->normal_W, out->mutable_normal());
+    out->set_distance_mm(best->t);
+  }
+  return response;
+}
+
+}  // namespace clash::server

@@ -1,0 +1,273 @@
+#include "scene.h"
+
+#include <filesystem>
+#include <random>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "clash/geom/status_macros.h"
+#include "convert.h"
+#include "log.h"
+#include "server/proto/store.pb.h"
+#include "storage.h"
+
+namespace clash::server {
+namespace {
+
+constexpr std::size_t kMaxSceneFileBytes = std::size_t{1} << 30;
+
+geom::Aabb WorldBox(const InstanceRec& rec) {
+  return rec.part->geom->bounds().Transformed(rec.X_WP);
+}
+
+std::string RandomSceneId() {
+  std::random_device rd;
+  std::string id = "s";
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&id, "%08x", rd());
+  return id;
+}
+
+bool IsSceneId(const std::string& id) {
+  if (id.size() != 33 || id[0] != 's') return false;
+  for (std::size_t i = 1; i < id.size(); ++i) {
+    const char c = id[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void Scene::Add(InstanceRec rec) {
+  rec.world_box = WorldBox(rec);
+  rec.pose_version = ++pose_clock;
+  rec.proxy = rec.enabled ? tree.Insert(rec.world_box, rec.id) : -1;
+  by_path[rec.path] = rec.id;
+  for (const std::string& g : rec.groups) groups[g].insert(rec.id);
+  const uint64_t id = rec.id;
+  instances.emplace(id, std::move(rec));
+}
+
+void Scene::SetPose(InstanceRec& rec, const geom::RigidTransform& X_WP) {
+  rec.X_WP = X_WP;
+  rec.world_box = WorldBox(rec);
+  rec.pose_version = ++pose_clock;
+  if (rec.proxy >= 0) tree.Move(rec.proxy, rec.world_box);
+}
+
+void Scene::SetEnabled(InstanceRec& rec, bool enabled) {
+  if (rec.enabled == enabled) return;
+  rec.enabled = enabled;
+  if (enabled) {
+    rec.proxy = tree.Insert(rec.world_box, rec.id);
+  } else {
+    tree.Remove(rec.proxy);
+    rec.proxy = -1;
+  }
+}
+
+void Scene::Remove(uint64_t id) {
+  auto it = instances.find(id);
+  if (it == instances.end()) return;
+  InstanceRec& rec = it->second;
+  if (rec.proxy >= 0) tree.Remove(rec.proxy);
+  by_path.erase(rec.path);
+  for (const std::string& g : rec.groups) {
+    auto git = groups.find(g);
+    if (git == groups.end()) continue;
+    git->second.erase(id);
+    if (git->second.empty()) groups.erase(git);
+  }
+  instances.erase(it);
+}
+
+void Scene::SetGroup(const std::string& group, const std::set<uint64_t>& members) {
+  if (auto git = groups.find(group); git != groups.end()) {
+    for (uint64_t id : git->second) {
+      if (InstanceRec* rec = Find(id)) rec->groups.erase(group);
+    }
+    groups.erase(git);
+  }
+  for (uint64_t id : members) {
+    if (InstanceRec* rec = Find(id)) {
+      rec->groups.insert(group);
+      groups[group].insert(id);
+    }
+  }
+}
+
+void Scene::Touch() {
+  ++version;
+  update_time_s = absl::ToUnixSeconds(absl::Now());
+}
+
+const InstanceRec* Scene::Find(uint64_t id) const {
+  auto it = instances.find(id);
+  return it == instances.end() ? nullptr : &it->second;
+}
+
+InstanceRec* Scene::Find(uint64_t id) {
+  auto it = instances.find(id);
+  return it == instances.end() ? nullptr : &it->second;
+}
+
+void Scene::ToProto(v1::Scene* out) const {
+  out->set_scene_id(id_);
+  out->set_name(name);
+  out->set_version(version);
+  out->set_instance_count(instances.size());
+  for (const auto& [g, members] : groups) (*out->mutable_group_sizes())[g] = members.size();
+  out->set_create_time_s(create_time_s);
+  out->set_update_time_s(update_time_s);
+}
+
+void Scene::InstanceToProto(const InstanceRec& rec, v1::Instance* out) {
+  out->set_instance_id(rec.id);
+  out->set_part_id(rec.part->info.part_id());
+  out->set_path(rec.path);
+  out->set_name(rec.name);
+  server::ToProto(rec.X_WP, out->mutable_pose());
+  out->set_enabled(rec.enabled);
+  for (const std::string& g : rec.groups) out->add_groups(g);
+  server::ToProto(rec.world_box, out->mutable_world_bounds());
+}
+
+absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, PartStore* parts) {
+  std::unique_ptr<SceneStore> store(new SceneStore(std::move(dir), parts));
+  CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_));
+  RemoveStaleTemporaries(store->dir_);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(store->dir_, ec)) {
+    const std::string file = e.path().filename().string();
+    if (!absl::EndsWith(file, ".pb")) continue;
+    const std::string id = file.substr(0, file.size() - 3);
+    if (!IsSceneId(id)) continue;
+    auto scene = std::make_shared<Scene>(id);
+    absl::Status st = store->Load(e.path().string(), *scene);
+    if (!st.ok()) {
+      LogLine(LogLevel::kError, absl::StrCat("scene store: cannot load ", e.path().string(), ": ",
+                                             st.ToString(), "; moved aside to .damaged"));
+      std::filesystem::rename(e.path(), e.path().string() + ".damaged", ec);
+      continue;
+    }
+    store->scenes_.emplace(id, std::move(scene));
+  }
+  return store;
+}
+
+std::string SceneStore::ScenePath(const std::string& id) const {
+  return absl::StrCat(dir_, "/", id, ".pb");
+}
+
+absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
+  CLASH_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path, kMaxSceneFileBytes));
+  store::v1::StoredScene stored;
+  if (!stored.ParseFromString(bytes) || stored.scene_id() != scene.id()) {
+    return absl::DataLossError("scene file does not parse");
+  }
+  scene.instances.clear();
+  scene.by_path.clear();
+  scene.groups.clear();
+  scene.tree = geom::DynamicAabbTree();
+  {
+    std::lock_guard lock(scene.cache_mu);
+    scene.pair_cache.clear();
+  }
+  scene.name = stored.name();
+  scene.version = stored.version();
+  scene.next_instance_id = stored.next_instance_id();
+  scene.create_time_s = stored.create_time_s();
+  scene.update_time_s = stored.update_time_s();
+  for (const store::v1::StoredInstance& si : stored.instances()) {
+    InstanceRec rec;
+    rec.id = si.instance_id();
+    CLASH_ASSIGN_OR_RETURN(rec.part, parts_->Get(si.part_id()));
+    rec.path = si.path();
+    rec.name = si.name();
+    CLASH_ASSIGN_OR_RETURN(rec.X_WP, PoseFromProto(si.pose(), rec.path));
+    rec.enabled = si.enabled();
+    rec.groups.insert(si.groups().begin(), si.groups().end());
+    scene.Add(std::move(rec));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Create(const std::string& name) {
+  auto scene = std::make_shared<Scene>(RandomSceneId());
+  scene->name = name;
+  scene->create_time_s = absl::ToUnixSeconds(absl::Now());
+  scene->update_time_s = scene->create_time_s;
+  scene->version = 1;
+  {
+    std::unique_lock lock(scene->mu);
+    CLASH_RETURN_IF_ERROR(Commit(*scene));
+  }
+  std::lock_guard lock(mu_);
+  scenes_.emplace(scene->id(), scene);
+  return scene;
+}
+
+absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Get(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = scenes_.find(id);
+  if (it == scenes_.end()) return absl::NotFoundError(absl::StrCat("no scene ", id));
+  return it->second;
+}
+
+std::vector<std::shared_ptr<Scene>> SceneStore::List(const std::string& after,
+                                                     std::size_t limit) const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Scene>> out;
+  for (auto it = scenes_.upper_bound(after); it != scenes_.end() && out.size() < limit; ++it) {
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+absl::Status SceneStore::Delete(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = scenes_.find(id);
+  if (it == scenes_.end()) return absl::NotFoundError(absl::StrCat("no scene ", id));
+  std::error_code ec;
+  if (!std::filesystem::remove(ScenePath(id), ec) && ec) {
+    return absl::InternalError(absl::StrCat("cannot delete scene ", id, ": ", ec.message()));
+  }
+  scenes_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status SceneStore::Commit(Scene& scene) {
+  store::v1::StoredScene stored;
+  stored.set_scene_id(scene.id());
+  stored.set_name(scene.name);
+  stored.set_version(scene.version);
+  stored.set_next_instance_id(scene.next_instance_id);
+  stored.set_create_time_s(scene.create_time_s);
+  stored.set_update_time_s(scene.update_time_s);
+  for (const auto& [id, rec] : scene.instances) {
+    store::v1::StoredInstance* si = stored.add_instances();
+    si->set_instance_id(id);
+    si->set_part_id(rec.part->info.part_id());
+    si->set_path(rec.path);
+    si->set_name(rec.name);
+    server::ToProto(rec.X_WP, si->mutable_pose());
+    si->set_enabled(rec.enabled);
+    for (const std::string& g : rec.groups) si->add_groups(g);
+  }
+  std::string bytes;
+  stored.SerializeToString(&bytes);
+  absl::Status st = WriteFileAtomically(ScenePath(scene.id()), bytes);
+  if (!st.ok()) {
+    LogLine(LogLevel::kError, absl::StrCat("scene store: ", st.ToString()));
+    if (std::filesystem::exists(ScenePath(scene.id()))) {
+      absl::Status restored = Load(ScenePath(scene.id()), scene);
+      if (!restored.ok()) LogLine(LogLevel::kError, restored.ToString());
+    }
+  }
+  return st;
+}
+
+}  // namespace clash::server

@@ -1,0 +1,123 @@
+// Scenes in memory and on disk: instances placing parts, the broad phase over their world
+// bounds, named groups, and a cache of pair results that survives moves of other instances.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "clash/geom/aabb.h"
+#include "clash/geom/broad_phase.h"
+#include "clash/geom/interference.h"
+#include "clash/geom/transform.h"
+#include "clash/v1/scenes.pb.h"
+#include "part_store.h"
+
+namespace clash::server {
+
+/// One placed part.
+struct InstanceRec {
+  uint64_t id = 0;
+  std::shared_ptr<const PartEntry> part;
+  std::string path;
+  std::string name;
+  geom::RigidTransform X_WP;
+  bool enabled = true;
+  std::set<std::string> groups;
+  geom::Aabb world_box;       ///< Bounds of the posed part (world).
+  int32_t proxy = -1;         ///< Broad-phase handle while enabled.
+  uint64_t pose_version = 0;  ///< Changes whenever the pose changes.
+};
+
+/// A cached classification of one pair, valid while both poses and the tolerances are the same.
+struct CachedPair {
+  uint64_t pose_version_a = 0;
+  uint64_t pose_version_b = 0;
+  double contact_mm = 0;
+  double clearance_mm = 0;
+  geom::PairClassification result;
+};
+
+/// A scene. Readers hold `mu` shared, writers exclusive; `cache_mu` guards the pair cache, which
+/// readers fill.
+class Scene {
+ public:
+  explicit Scene(std::string id) : id_(std::move(id)) {}
+  [[nodiscard]] const std::string& id() const { return id_; }
+
+  mutable std::shared_mutex mu;
+  std::string name;
+  uint64_t version = 0;
+  int64_t create_time_s = 0;
+  int64_t update_time_s = 0;
+  uint64_t next_instance_id = 1;
+  std::map<uint64_t, InstanceRec> instances;
+  std::unordered_map<std::string, uint64_t> by_path;
+  std::map<std::string, std::set<uint64_t>> groups;
+  geom::DynamicAabbTree tree;
+  uint64_t pose_clock = 0;
+
+  mutable std::mutex cache_mu;
+  mutable absl::flat_hash_map<std::pair<uint64_t, uint64_t>, CachedPair> pair_cache;
+
+  // Mutations (hold mu exclusively). They keep by_path, groups and the tree consistent.
+  void Add(InstanceRec rec);
+  void SetPose(InstanceRec& rec, const geom::RigidTransform& X_WP);
+  void SetEnabled(InstanceRec& rec, bool enabled);
+  void Remove(uint64_t id);
+  void SetGroup(const std::string& group, const std::set<uint64_t>& members);
+  /// Bumps the version and the update time.
+  void Touch();
+
+  /// The instance, or nullptr.
+  [[nodiscard]] const InstanceRec* Find(uint64_t id) const;
+  [[nodiscard]] InstanceRec* Find(uint64_t id);
+
+  /// The wire description.
+  void ToProto(v1::Scene* out) const;
+  static void InstanceToProto(const InstanceRec& rec, v1::Instance* out);
+
+ private:
+  std::string id_;
+};
+
+/// All scenes, persisted one file per scene under <dir>/scenes.
+class SceneStore {
+ public:
+  /// Opens the folder and loads every scene (parts come from `parts`). A scene file that cannot
+  /// be read is logged and moved aside to <name>.damaged, never silently dropped.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SceneStore>> Open(std::string dir,
+                                                                        PartStore* parts);
+
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Scene>> Create(const std::string& name);
+  /// NOT_FOUND for an unknown id.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Scene>> Get(const std::string& id) const;
+  /// Up to `limit` scenes with ids greater than `after`, in id order.
+  [[nodiscard]] std::vector<std::shared_ptr<Scene>> List(const std::string& after,
+                                                         std::size_t limit) const;
+  [[nodiscard]] absl::Status Delete(const std::string& id);
+
+  /// Writes the scene (hold its mu). On failure the in-memory scene is restored from its file,
+  /// so memory never runs ahead of the disk.
+  [[nodiscard]] absl::Status Commit(Scene& scene);
+
+ private:
+  SceneStore(std::string dir, PartStore* parts) : dir_(std::move(dir)), parts_(parts) {}
+  [[nodiscard]] std::string ScenePath(const std::string& id) const;
+  [[nodiscard]] absl::Status Load(const std::string& path, Scene& scene);
+
+  std::string dir_;
+  PartStore* parts_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Scene>> scenes_;
+};
+
+}  // namespace clash::server

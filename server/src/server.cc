@@ -1,0 +1,802 @@
+#include "server.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "clash/cad/assembly.h"
+#include "clash/cad/import_cache.h"
+#include "clash/cad/isolated_import.h"
+#include "clash/geom/status_macros.h"
+#include "clash/v1/parts.grpc.pb.h"
+#include "clash/v1/queries.grpc.pb.h"
+#include "clash/v1/scenes.grpc.pb.h"
+#include "convert.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "limiter.h"
+#include "log.h"
+#include "metrics.h"
+#include "part_store.h"
+#include "query_engine.h"
+#include "scene.h"
+#include "storage.h"
+
+namespace clash::server {
+namespace {
+
+constexpr const char* kServiceNames[] = {"clash.v1.PartService", "clash.v1.SceneService",
+                                         "clash.v1.QueryService"};
+
+const char* CodeName(grpc::StatusCode code) {
+  static constexpr const char* kNames[] = {"OK",
+                                           "CANCELLED",
+                                           "UNKNOWN",
+                                           "INVALID_ARGUMENT",
+                                           "DEADLINE_EXCEEDED",
+                                           "NOT_FOUND",
+                                           "ALREADY_EXISTS",
+                                           "PERMISSION_DENIED",
+                                           "RESOURCE_EXHAUSTED",
+                                           "FAILED_PRECONDITION",
+                                           "ABORTED",
+                                           "OUT_OF_RANGE",
+                                           "UNIMPLEMENTED",
+                                           "INTERNAL",
+                                           "UNAVAILABLE",
+                                           "DATA_LOSS",
+                                           "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
+}
+
+// The time a call must finish by: the client's deadline, capped by the server's maximum.
+absl::Time CallDeadline(const grpc::ServerContext* ctx, double max_seconds) {
+  const absl::Time server_max = absl::Now() + absl::Seconds(max_seconds);
+  const auto client = ctx->deadline();
+  if (client == std::chrono::system_clock::time_point::max()) return server_max;
+  return std::min(server_max, absl::FromChrono(client));
+}
+
+StopCheck MakeStop(const grpc::ServerContext* ctx, absl::Time deadline) {
+  return [ctx, deadline]() -> absl::Status {
+    if (ctx->IsCancelled()) return absl::CancelledError("call cancelled by the client");
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError("deadline exceeded");
+    return absl::OkStatus();
+  };
+}
+
+std::string RandomHex(int words) {
+  std::random_device rd;
+  std::string s;
+  for (int i = 0; i < words; ++i) absl::StrAppendFormat(&s, "%08x", rd());
+  return s;
+}
+
+// Page tokens of listings: the last id of the previous page.
+absl::StatusOr<std::size_t> PageSize(int requested, int fallback, int max) {
+  if (requested < 0) return absl::InvalidArgumentError("page_size must be >= 0");
+  return static_cast<std::size_t>(requested == 0 ? fallback : std::min(requested, max));
+}
+
+}  // namespace
+
+struct ClashServer::Impl {
+  explicit Impl(const ServerConfig& c)
+      : config(c),
+        query_limiter("query", c.query_slots, c.query_queue),
+        import_limiter("import", c.import_slots, c.import_queue),
+        parts_service(this),
+        scenes_service(this),
+        queries_service(this) {}
+
+  // Runs one RPC body: catches everything, logs one line, records metrics.
+  template <class Body>
+  grpc::Status Serve(grpc::ServerContext* ctx, const char* method, Body&& body) {
+    const auto start = std::chrono::steady_clock::now();
+    grpc::Status status;
+    try {
+      status = ToGrpc(body());
+    } catch (const std::bad_alloc&) {
+      status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory");
+    } catch (const std::exception& e) {
+      LogLine(LogLevel::kError, absl::StrCat(method, ": unexpected exception: ", e.what()));
+      status = grpc::Status(grpc::StatusCode::INTERNAL, "internal error (logged)");
+    } catch (...) {
+      LogLine(LogLevel::kError, absl::StrCat(method, ": unexpected exception"));
+      status = grpc::Status(grpc::StatusCode::INTERNAL, "internal error (logged)");
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const char* code = CodeName(status.error_code());
+    metrics.RecordRpc(method, code, seconds);
+    std::string line =
+        absl::StrFormat("rpc=%s peer=%s code=%s ms=%.3f", method, ctx->peer(), code, seconds * 1e3);
+    if (!status.ok()) absl::StrAppend(&line, " error=\"", status.error_message(), "\"");
+    LogLine(status.ok() || status.error_code() == grpc::StatusCode::NOT_FOUND ? LogLevel::kInfo
+                                                                              : LogLevel::kWarning,
+            line);
+    return status;
+  }
+
+  absl::StatusOr<std::shared_ptr<Scene>> GetScene(const std::string& id) { return scenes->Get(id); }
+
+  class PartsService final : public v1::PartService::Service {
+   public:
+    explicit PartsService(Impl* impl) : impl_(impl) {}
+    grpc::Status ImportCad(grpc::ServerContext* ctx,
+                           grpc::ServerReader<v1::ImportCadRequest>* reader,
+                           v1::ImportCadResponse* response) override {
+      return impl_->Serve(ctx, "ImportCad",
+                          [&] { return impl_->DoImportCad(ctx, reader, response); });
+    }
+    grpc::Status UploadMesh(grpc::ServerContext* ctx, const v1::UploadMeshRequest* request,
+                            v1::Part* response) override {
+      return impl_->Serve(ctx, "UploadMesh", [&]() -> absl::Status {
+        PartInput in;
+        in.name = request->name();
+        in.xyz_mm = {request->vertices_mm().data(),
+                     static_cast<std::size_t>(request->vertices_mm_size())};
+        in.triangles = {request->triangles().data(),
+                        static_cast<std::size_t>(request->triangles_size())};
+        in.face_ids = {request->face_ids().data(),
+                       static_cast<std::size_t>(request->face_ids_size())};
+        in.deflection_mm = request->deflection_mm();
+        if (in.xyz_mm.size() % 3 != 0 || in.triangles.size() % 3 != 0) {
+          return absl::InvalidArgumentError(
+              "vertices_mm and triangles must hold 3 values per vertex and per triangle");
+        }
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, impl_->parts->Put(in));
+        *response = entry->info;
+        return absl::OkStatus();
+      });
+    }
+    grpc::Status GetPart(grpc::ServerContext* ctx, const v1::GetPartRequest* request,
+                         v1::Part* response) override {
+      return impl_->Serve(ctx, "GetPart", [&]() -> absl::Status {
+        if (!PartStore::IsPartId(request->part_id())) {
+          return absl::NotFoundError(absl::StrCat("no part '", request->part_id(), "'"));
+        }
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry,
+                               impl_->parts->Get(request->part_id()));
+        *response = entry->info;
+        return absl::OkStatus();
+      });
+    }
+    grpc::Status ListParts(grpc::ServerContext* ctx, const v1::ListPartsRequest* request,
+                           v1::ListPartsResponse* response) override {
+      return impl_->Serve(ctx, "ListParts", [&]() -> absl::Status {
+        CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 100, 1000));
+        const std::vector<std::string> ids = impl_->parts->ListIds(request->page_token(), n + 1);
+        for (std::size_t i = 0; i < ids.size() && i < n; ++i) {
+          absl::StatusOr<std::shared_ptr<const PartEntry>> e = impl_->parts->Get(ids[i]);
+          if (e.ok()) *response->add_parts() = (*e)->info;
+        }
+        if (ids.size() > n) response->set_next_page_token(ids[n - 1]);
+        return absl::OkStatus();
+      });
+    }
+    grpc::Status GetAssembly(grpc::ServerContext* ctx, const v1::GetAssemblyRequest* request,
+                             v1::Assembly* response) override {
+      return impl_->Serve(ctx, "GetAssembly", [&]() -> absl::Status {
+        CLASH_ASSIGN_OR_RETURN(*response, impl_->parts->GetAssembly(request->assembly_id()));
+        return absl::OkStatus();
+      });
+    }
+
+   private:
+    Impl* impl_;
+  };
+
+  class ScenesService final : public v1::SceneService::Service {
+   public:
+    explicit ScenesService(Impl* impl) : impl_(impl) {}
+
+    grpc::Status CreateScene(grpc::ServerContext* ctx, const v1::CreateSceneRequest* request,
+                             v1::Scene* response) override {
+      return impl_->Serve(ctx, "CreateScene", [&]() -> absl::Status {
+        if (request->name().size() > 1024) {
+          return absl::InvalidArgumentError("scene name longer than 1024 bytes");
+        }
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene,
+                               impl_->scenes->Create(request->name()));
+        std::shared_lock lock(scene->mu);
+        scene->ToProto(response);
+        return absl::OkStatus();
+      });
+    }
+    grpc::Status GetScene(grpc::ServerContext* ctx, const v1::GetSceneRequest* request,
+                          v1::Scene* response) override {
+      return impl_->Serve(ctx, "GetScene", [&]() -> absl::Status {
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, impl_->GetScene(request->scene_id()));
+        std::shared_lock lock(scene->mu);
+        scene->ToProto(response);
+        return absl::OkStatus();
+      });
+    }
+    grpc::Status ListScenes(grpc::ServerContext* ctx, const v1::ListScenesRequest* request,
+                            v1::ListScenesResponse* response) override {
+      return impl_->Serve(ctx, "ListScenes", [&]() -> absl::Status {
+        CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 100, 1000));
+        const auto scenes = impl_->scenes->List(request->page_token(), n + 1);
+        for (std::size_t i = 0; i < scenes.size() && i < n; ++i) {
+          std::shared_lock lock(scenes[i]->mu);
+          scenes[i]->ToProto(response->add_scenes());
+        }
+        if (scenes.size() > n) response->set_next_page_token(scenes[n - 1]->id());
+        return absl::OkStatus();
+      });
+    }
+    grpc::Status DeleteScene(grpc::ServerContext* ctx, const v1::DeleteSceneRequest* request,
+                             v1::DeleteSceneResponse*) override {
+      return impl_->Serve(ctx, "DeleteScene",
+                          [&] { return impl_->scenes->Delete(request->scene_id()); });
+    }
+    grpc::Status AddInstances(grpc::ServerContext* ctx, const v1::AddInstancesRequest* request,
+                              v1::AddInstancesResponse* response) override {
+      return impl_->Serve(ctx, "AddInstances",
+                          [&] { return impl_->DoAddInstances(*request, response); });
+    }
+    grpc::Status ListInstances(grpc::ServerContext* ctx, const v1::ListInstancesRequest* request,
+                               v1::ListInstancesResponse* response) override {
+      return impl_->Serve(ctx, "ListInstances", [&]() -> absl::Status {
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, impl_->GetScene(request->scene_id()));
+        CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 1000, 10000));
+        uint64_t after = 0;
+        if (!request->page_token().empty() && !absl::SimpleAtoi(request->page_token(), &after)) {
+          return absl::InvalidArgumentError("malformed page_token");
+        }
+        std::shared_lock lock(scene->mu);
+        std::size_t count = 0;
+        for (auto it = scene->instances.upper_bound(after); it != scene->instances.end(); ++it) {
+          if (count == n) {
+            response->set_next_page_token(absl::StrCat(std::prev(it)->first));
+            break;
+          }
+          Scene::InstanceToProto(it->second, response->add_instances());
+          ++count;
+        }
+        response->set_scene_version(scene->version);
+        return absl::OkStatus();
+      });
+    }
+    grpc::Status SetPoses(grpc::ServerContext* ctx, const v1::SetPosesRequest* request,
+                          v1::SceneUpdateResponse* response) override {
+      return impl_->Serve(ctx, "SetPoses", [&] {
+        return impl_->EditScene(request->scene_id(), response, [&](Scene& scene) -> absl::Status {
+          std::vector<std::pair<InstanceRec*, geom::RigidTransform>> updates;
+          for (const v1::PoseUpdate& u : request->poses()) {
+            InstanceRec* rec = scene.Find(u.instance_id());
+            if (rec == nullptr) {
+              return absl::NotFoundError(absl::StrCat("no instance ", u.instance_id()));
+            }
+            CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X,
+                                   PoseFromProto(u.pose(), absl::StrCat("pose of ", rec->path)));
+            updates.emplace_back(rec, X);
+          }
+          for (auto& [rec, X] : updates) scene.SetPose(*rec, X);
+          return absl::OkStatus();
+        });
+      });
+    }
+    grpc::Status RemoveInstances(grpc::ServerContext* ctx,
+                                 const v1::RemoveInstancesRequest* request,
+                                 v1::SceneUpdateResponse* response) override {
+      return impl_->Serve(ctx, "RemoveInstances", [&] {
+        return impl_->EditScene(request->scene_id(), response, [&](Scene& scene) -> absl::Status {
+          for (uint64_t id : request->instance_ids()) {
+            if (scene.Find(id) == nullptr) {
+              return absl::NotFoundError(absl::StrCat("no instance ", id));
+            }
+          }
+          for (uint64_t id : request->instance_ids()) scene.Remove(id);
+          return absl::OkStatus();
+        });
+      });
+    }
+    grpc::Status SetInstancesEnabled(grpc::ServerContext* ctx,
+                                     const v1::SetInstancesEnabledRequest* request,
+                                     v1::SceneUpdateResponse* response) override {
+      return impl_->Serve(ctx, "SetInstancesEnabled", [&] {
+        return impl_->EditScene(request->scene_id(), response, [&](Scene& scene) -> absl::Status {
+          std::vector<InstanceRec*> recs;
+          for (uint64_t id : request->instance_ids()) {
+            InstanceRec* rec = scene.Find(id);
+            if (rec == nullptr) return absl::NotFoundError(absl::StrCat("no instance ", id));
+            recs.push_back(rec);
+          }
+          for (InstanceRec* rec : recs) scene.SetEnabled(*rec, request->enabled());
+          return absl::OkStatus();
+        });
+      });
+    }
+    grpc::Status SetGroup(grpc::ServerContext* ctx, const v1::SetGroupRequest* request,
+                          v1::SceneUpdateResponse* response) override {
+      return impl_->Serve(ctx, "SetGroup", [&] {
+        return impl_->EditScene(request->scene_id(), response, [&](Scene& scene) -> absl::Status {
+          if (request->group().empty() || request->group().size() > 256) {
+            return absl::InvalidArgumentError("group names have 1 to 256 bytes");
+          }
+          std::set<uint64_t> members;
+          for (uint64_t id : request->instance_ids()) {
+            if (scene.Find(id) == nullptr) {
+              return absl::NotFoundError(absl::StrCat("no instance ", id));
+            }
+            members.insert(id);
+          }
+          scene.SetGroup(request->group(), members);
+          return absl::OkStatus();
+        });
+      });
+    }
+
+   private:
+    Impl* impl_;
+  };
+
+  class QueriesService final : public v1::QueryService::Service {
+   public:
+    explicit QueriesService(Impl* impl) : impl_(impl) {}
+    grpc::Status CheckInterference(grpc::ServerContext* ctx, const v1::InterferenceRequest* request,
+                                   v1::InterferenceResponse* response) override {
+      return impl_->Serve(ctx, "CheckInterference", [&] {
+        return impl_->RunQuery(
+            ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
+              CLASH_ASSIGN_OR_RETURN(*response, RunInterference(scene, *request, stop));
+              return absl::OkStatus();
+            });
+      });
+    }
+    grpc::Status ComputeDistance(grpc::ServerContext* ctx, const v1::DistanceRequest* request,
+                                 v1::DistanceResponse* response) override {
+      return impl_->Serve(ctx, "ComputeDistance", [&] {
+        return impl_->RunQuery(
+            ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
+              CLASH_ASSIGN_OR_RETURN(*response, RunDistance(scene, *request, stop));
+              return absl::OkStatus();
+            });
+      });
+    }
+    grpc::Status PickRays(grpc::ServerContext* ctx, const v1::PickRequest* request,
+                          v1::PickResponse* response) override {
+      return impl_->Serve(ctx, "PickRays", [&] {
+        return impl_->RunQuery(ctx, request->scene_id(),
+                               [&](const Scene& scene, const StopCheck& stop) {
+                                 CLASH_ASSIGN_OR_RETURN(*response, RunPick(scene, *request, stop));
+                                 return absl::OkStatus();
+                               });
+      });
+    }
+
+   private:
+    Impl* impl_;
+  };
+
+  // Runs a read-only query on a scene under the query limiter and the call's deadline.
+  template <class Fn>
+  absl::Status RunQuery(grpc::ServerContext* ctx, const std::string& scene_id, Fn&& fn) {
+    const absl::Time deadline = CallDeadline(ctx, config.max_query_seconds);
+    const StopCheck stop = MakeStop(ctx, deadline);
+    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, GetScene(scene_id));
+    CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, query_limiter.Acquire(stop));
+    CLASH_RETURN_IF_ERROR(stop());
+    std::shared_lock lock(scene->mu);
+    return fn(*scene, stop);
+  }
+
+  // Applies an all-or-nothing edit: `edit` validates before it changes anything; the change is
+  // on disk before the reply.
+  template <class Edit>
+  absl::Status EditScene(const std::string& scene_id, v1::SceneUpdateResponse* response,
+                         Edit&& edit) {
+    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, GetScene(scene_id));
+    std::unique_lock lock(scene->mu);
+    CLASH_RETURN_IF_ERROR(edit(*scene));
+    scene->Touch();
+    CLASH_RETURN_IF_ERROR(scenes->Commit(*scene));
+    response->set_scene_version(scene->version);
+    return absl::OkStatus();
+  }
+
+  absl::Status DoAddInstances(const v1::AddInstancesRequest& request,
+                              v1::AddInstancesResponse* response);
+  absl::Status DoImportCad(grpc::ServerContext* ctx,
+                           grpc::ServerReader<v1::ImportCadRequest>* reader,
+                           v1::ImportCadResponse* response);
+
+  ServerConfig config;
+  std::unique_ptr<PartStore> parts;
+  std::unique_ptr<SceneStore> scenes;
+  std::optional<cad::ImportCache> import_cache;
+  Metrics metrics;
+  WorkLimiter query_limiter;
+  WorkLimiter import_limiter;
+  PartsService parts_service;
+  ScenesService scenes_service;
+  QueriesService queries_service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<MetricsHttpServer> metrics_http;
+  int port = 0;
+  std::atomic<bool> draining{false};
+  std::mutex shutdown_mu;
+  bool shut_down = false;
+};
+
+absl::Status ClashServer::Impl::DoAddInstances(const v1::AddInstancesRequest& request,
+                                               v1::AddInstancesResponse* response) {
+  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, GetScene(request.scene_id()));
+  // Resolve everything (parts, assemblies, poses) before taking the scene's lock.
+  struct Pending {
+    std::shared_ptr<const PartEntry> part;
+    std::string path;
+    std::string name;
+    geom::RigidTransform X_WP;
+    bool enabled = true;
+    std::set<std::string> groups;
+  };
+  std::vector<Pending> pending;
+  for (int i = 0; i < request.parts_size(); ++i) {
+    const v1::PartPlacement& p = request.parts(i);
+    Pending item;
+    if (!PartStore::IsPartId(p.part_id())) {
+      return absl::NotFoundError(absl::StrCat("no part '", p.part_id(), "'"));
+    }
+    CLASH_ASSIGN_OR_RETURN(item.part, parts->Get(p.part_id()));
+    CLASH_ASSIGN_OR_RETURN(item.X_WP, PoseFromProto(p.pose(), absl::StrCat("parts[", i, "].pose")));
+    item.path = p.path();
+    item.name = p.name().empty() ? item.part->info.name() : p.name();
+    item.enabled = !p.disabled();
+    item.groups.insert(p.groups().begin(), p.groups().end());
+    pending.push_back(std::move(item));
+  }
+  for (int i = 0; i < request.assemblies_size(); ++i) {
+    const v1::AssemblyPlacement& a = request.assemblies(i);
+    CLASH_ASSIGN_OR_RETURN(v1::Assembly assembly, parts->GetAssembly(a.assembly_id()));
+    CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X_WA,
+                           PoseFromProto(a.pose(), absl::StrCat("assemblies[", i, "].pose")));
+    for (const v1::AssemblyInstance& inst : assembly.instances()) {
+      Pending item;
+      CLASH_ASSIGN_OR_RETURN(item.part, parts->Get(inst.part_id()));
+      CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X_AP, PoseFromProto(inst.pose(), inst.path()));
+      item.X_WP = X_WA * X_AP;
+      item.path =
+          a.path_prefix().empty() ? inst.path() : absl::StrCat(a.path_prefix(), "/", inst.path());
+      item.name = inst.name();
+      item.groups.insert(a.groups().begin(), a.groups().end());
+      pending.push_back(std::move(item));
+    }
+  }
+  std::unique_lock lock(scene->mu);
+  std::set<std::string> new_paths;
+  uint64_t next_id = scene->next_instance_id;
+  for (Pending& item : pending) {
+    if (item.path.empty()) item.path = absl::StrCat(item.name, ":", next_id);
+    ++next_id;
+    if (scene->by_path.contains(item.path) || !new_paths.insert(item.path).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an instance with path '", item.path, "' exists already"));
+    }
+  }
+  for (Pending& item : pending) {
+    InstanceRec rec;
+    rec.id = scene->next_instance_id++;
+    rec.part = std::move(item.part);
+    rec.path = std::move(item.path);
+    rec.name = std::move(item.name);
+    rec.X_WP = item.X_WP;
+    rec.enabled = item.enabled;
+    rec.groups = std::move(item.groups);
+    const uint64_t id = rec.id;
+    scene->Add(std::move(rec));
+    Scene::InstanceToProto(*scene->Find(id), response->add_instances());
+  }
+  scene->Touch();
+  CLASH_RETURN_IF_ERROR(scenes->Commit(*scene));
+  response->set_scene_version(scene->version);
+  return absl::OkStatus();
+}
+
+absl::Status ClashServer::Impl::DoImportCad(grpc::ServerContext* ctx,
+                                            grpc::ServerReader<v1::ImportCadRequest>* reader,
+                                            v1::ImportCadResponse* response) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = CallDeadline(ctx, config.max_import_seconds);
+  const StopCheck stop = MakeStop(ctx, deadline);
+  CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, import_limiter.Acquire(stop));
+
+  v1::ImportCadRequest msg;
+  if (!reader->Read(&msg) || !msg.has_header()) {
+    return absl::InvalidArgumentError("the first ImportCad message must carry the header");
+  }
+  const v1::ImportCadHeader header = msg.header();
+  if (header.size_bytes() > config.max_upload_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("file of ", header.size_bytes(),
+                                                     " bytes is above the upload limit of ",
+                                                     config.max_upload_bytes));
+  }
+  cad::TessellationOptions options;
+  const v1::TessellationOptions& t = header.tessellation();
+  if (t.linear_deflection_mm() != 0) options.linear_deflection_mm = t.linear_deflection_mm();
+  if (t.relative_deflection() != 0) options.relative_deflection = t.relative_deflection();
+  if (t.angular_deflection_rad() != 0) options.angular_deflection_rad = t.angular_deflection_rad();
+  options.max_triangles = config.max_part_triangles;
+  if (t.max_triangles() != 0)
+    options.max_triangles = std::min<std::size_t>(t.max_triangles(), options.max_triangles);
+
+  // The upload goes to a private folder that is removed whatever happens.
+  const std::string dir = absl::StrCat(config.data_dir, "/tmp/upload-", RandomHex(4));
+  CLASH_RETURN_IF_ERROR(MakeDirs(dir));
+  struct RemoveDir {
+    std::string dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } remove_dir{dir};
+  const std::string file = dir + "/upload";
+  {
+    const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return absl::InternalError("cannot create the upload file");
+    struct CloseFd {
+      int fd;
+      ~CloseFd() { close(fd); }
+    } close_fd{fd};
+    std::size_t total = 0;
+    while (reader->Read(&msg)) {
+      if (msg.payload_case() != v1::ImportCadRequest::kChunk) {
+        return absl::InvalidArgumentError("only the first ImportCad message may carry a header");
+      }
+      total += msg.chunk().size();
+      if (total > config.max_upload_bytes) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("upload is above the limit of ", config.max_upload_bytes, " bytes"));
+      }
+      const char* p = msg.chunk().data();
+      std::size_t left = msg.chunk().size();
+      while (left > 0) {
+        const ssize_t n = write(fd, p, left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return absl::InternalError("cannot write the upload to disk");
+        p += n;
+        left -= static_cast<std::size_t>(n);
+      }
+      CLASH_RETURN_IF_ERROR(stop());
+    }
+    CLASH_RETURN_IF_ERROR(stop());
+    if (header.size_bytes() != 0 && total != header.size_bytes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("upload has ", total, " bytes; the header announced ", header.size_bytes()));
+    }
+    if (total == 0) return absl::InvalidArgumentError("read: the uploaded file is empty");
+  }
+  CLASH_ASSIGN_OR_RETURN(std::string sha, cad::Sha256OfFile(file));
+  if (!header.sha256().empty() && header.sha256() != sha) {
+    return absl::InvalidArgumentError("upload does not match the sha256 in its header");
+  }
+
+  cad::IsolationLimits limits;
+  limits.worker_path = config.worker_path;
+  limits.wall_seconds = std::max(0.001, absl::ToDoubleSeconds(deadline - absl::Now()));
+  limits.cpu_seconds = limits.wall_seconds;
+  limits.address_space_bytes = config.import_memory_bytes;
+  std::atomic<bool> cancel{false};
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done) {
+      if (ctx->IsCancelled() || draining) {
+        cancel = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  absl::StatusOr<cad::CachedAssemblyImport> imported =
+      cad::ImportAssemblyWithCache(file, options, limits, *import_cache, &cancel);
+  done = true;
+  watcher.join();
+  if (!imported.ok()) return imported.status();
+  const cad::ImportedAssembly& assembly = imported->assembly;
+  const absl::Status complete = cad::CheckImportComplete(assembly);
+  if (header.strict() && !complete.ok()) return complete;
+
+  v1::Assembly out;
+  out.set_assembly_id(absl::StrCat("a", imported->key.substr(0, 32)));
+  out.set_file_name(header.file_name());
+  out.set_file_sha256(sha);
+  v1::TessellationOptions* used = out.mutable_tessellation();
+  used->set_linear_deflection_mm(options.linear_deflection_mm);
+  used->set_relative_deflection(options.relative_deflection);
+  used->set_angular_deflection_rad(options.angular_deflection_rad);
+  used->set_max_triangles(options.max_triangles);
+  v1::ImportReport* report = out.mutable_report();
+  report->set_roots_total(assembly.roots_total);
+  report->set_roots_transferred(assembly.roots_transferred);
+  report->set_load_failures(assembly.load_failures);
+  report->set_load_warnings(assembly.load_warnings);
+  report->set_empty_parts(assembly.empty_parts);
+  report->set_complete(complete.ok());
+  if (!complete.ok()) report->add_warnings(std::string(complete.message()));
+  report->set_from_cache(imported->from_cache);
+
+  std::vector<std::string> part_ids(assembly.parts.size());
+  int faces_total = 0;
+  int faces_meshed = 0;
+  uint64_t triangles = 0;
+  for (std::size_t i = 0; i < assembly.parts.size(); ++i) {
+    const cad::AssemblyPart& p = assembly.parts[i];
+    PartInput in;
+    in.name = p.name;
+    in.xyz_mm = p.mesh.xyz;
+    in.triangles = p.mesh.triangles;
+    in.face_ids = p.mesh.face_ids;
+    in.deflection_mm = p.mesh.deflection_mm;
+    in.faces_total = p.mesh.faces_total;
+    in.faces_meshed = p.mesh.faces_meshed;
+    faces_total += p.mesh.faces_total;
+    faces_meshed += p.mesh.faces_meshed;
+    absl::StatusOr<std::shared_ptr<const PartEntry>> entry = parts->Put(in);
+    if (absl::IsResourceExhausted(entry.status())) return entry.status();
+    if (!entry.ok()) {
+      // A part whose triangles are all degenerate: left out, with its instances, and said so.
+      report->add_warnings(
+          absl::StrCat("part '", p.name, "' left out: ", std::string(entry.status().message())));
+      report->set_complete(false);
+      continue;
+    }
+    part_ids[i] = (*entry)->info.part_id();
+    triangles += (*entry)->info.triangle_count();
+    bool listed = false;
+    for (const v1::Part& q : response->parts()) listed |= q.part_id() == part_ids[i];
+    if (!listed) *response->add_parts() = (*entry)->info;
+  }
+  if (header.strict() && !report->complete()) {
+    return absl::InvalidArgumentError(absl::StrCat("incomplete import: ", report->warnings(0)));
+  }
+  report->set_faces_total(faces_total);
+  report->set_faces_meshed(faces_meshed);
+  report->set_triangles(triangles);
+  for (const cad::AssemblyInstance& inst : assembly.instances) {
+    if (inst.part < 0 || static_cast<std::size_t>(inst.part) >= part_ids.size() ||
+        part_ids[inst.part].empty()) {
+      continue;
+    }
+    v1::AssemblyInstance* ai = out.add_instances();
+    ai->set_path(inst.path);
+    ai->set_name(inst.name);
+    ai->set_part_id(part_ids[inst.part]);
+    geom::RigidTransform X;
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 3; ++c) X.R(r, c) = inst.placement.rotation[3 * r + c];
+      X.t[r] = inst.placement.translation_mm[r];
+    }
+    ToProto(X, ai->mutable_pose());
+    if (inst.color_rgb) {
+      ai->mutable_color()->set_r((*inst.color_rgb)[0]);
+      ai->mutable_color()->set_g((*inst.color_rgb)[1]);
+      ai->mutable_color()->set_b((*inst.color_rgb)[2]);
+    }
+  }
+  if (out.instances().empty()) {
+    return absl::InvalidArgumentError("mesh: no part of the file has usable triangles");
+  }
+  report->set_import_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  CLASH_RETURN_IF_ERROR(parts->PutAssembly(out));
+  *response->mutable_assembly() = std::move(out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConfig& config) {
+  SetQuietLogging(config.quiet);
+  auto impl = std::make_unique<Impl>(config);
+  CLASH_ASSIGN_OR_RETURN(impl->parts, PartStore::Open(config.data_dir, config.max_part_triangles));
+  CLASH_ASSIGN_OR_RETURN(impl->scenes,
+                         SceneStore::Open(config.data_dir + "/scenes", impl->parts.get()));
+  CLASH_ASSIGN_OR_RETURN(cad::ImportCache cache,
+                         cad::ImportCache::Open(config.data_dir + "/import-cache"));
+  impl->import_cache.emplace(std::move(cache));
+  {
+    std::error_code ec;
+    std::filesystem::remove_all(config.data_dir + "/tmp", ec);
+  }
+  CLASH_RETURN_IF_ERROR(MakeDirs(config.data_dir + "/tmp"));
+
+  Impl* raw = impl.get();
+  impl->metrics.AddGauge("clashd_query_running", "Queries running.",
+                         [raw] { return raw->query_limiter.running(); });
+  impl->metrics.AddGauge("clashd_query_waiting", "Queries waiting for a slot.",
+                         [raw] { return raw->query_limiter.waiting(); });
+  impl->metrics.AddGauge("clashd_import_running", "Imports (worker processes) running.",
+                         [raw] { return raw->import_limiter.running(); });
+  impl->metrics.AddGauge("clashd_import_waiting", "Imports waiting for a slot.",
+                         [raw] { return raw->import_limiter.waiting(); });
+
+  grpc::EnableDefaultHealthCheckService(true);
+  if (config.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &impl->port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 128);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 5);
+  grpc::ResourceQuota quota("clashd");
+  quota.SetMaxThreads(256);
+  builder.SetResourceQuota(quota);
+  builder.RegisterService(&impl->parts_service);
+  builder.RegisterService(&impl->scenes_service);
+  builder.RegisterService(&impl->queries_service);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
+  }
+  grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  const bool worker_ok =
+      access(cad::ResolveWorkerPath(cad::IsolationLimits{config.worker_path, 1, 1, 1, 1}).c_str(),
+             X_OK) == 0;
+  for (const char* name : kServiceNames) health->SetServingStatus(name, true);
+  if (!worker_ok) {
+    LogLine(LogLevel::kWarning, "clash-cad-worker not found: CAD imports are unavailable");
+    health->SetServingStatus("clash.v1.PartService", false);
+  }
+  if (!config.metrics_listen.empty()) {
+    CLASH_ASSIGN_OR_RETURN(impl->metrics_http,
+                           MetricsHttpServer::Start(config.metrics_listen, &impl->metrics));
+  }
+  LogLine(LogLevel::kInfo,
+          absl::StrCat("clashd listening on ", config.listen, " (port ", impl->port, "), data in ",
+                       config.data_dir,
+                       impl->metrics_http
+                           ? absl::StrCat(", metrics on port ", impl->metrics_http->port())
+                           : std::string()));
+  return std::unique_ptr<ClashServer>(new ClashServer(std::move(impl)));
+}
+
+ClashServer::ClashServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ClashServer::~ClashServer() { Shutdown(); }
+
+int ClashServer::port() const { return impl_->port; }
+
+int ClashServer::metrics_port() const {
+  return impl_->metrics_http ? impl_->metrics_http->port() : 0;
+}
+
+grpc::Server* ClashServer::grpc_server() { return impl_->server.get(); }
+
+void ClashServer::Shutdown() {
+  std::lock_guard lock(impl_->shutdown_mu);
+  if (impl_->shut_down) return;
+  impl_->shut_down = true;
+  LogLine(LogLevel::kInfo, "clashd shutting down");
+  impl_->server->GetHealthCheckService()->Shutdown();
+  const auto deadline =
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(impl_->config.shutdown_grace_seconds * 1e3));
+  // In-flight calls get the grace period; then gRPC cancels them, and a cancelled import kills
+  // its worker.
+  impl_->server->Shutdown(deadline);
+  impl_->draining = true;
+  impl_->server->Wait();
+  impl_->metrics_http.reset();
+  LogLine(LogLevel::kInfo, "clashd stopped");
+}
+
+void ClashServer::Wait() { impl_->server->Wait(); }
+
+}  // namespace clash::server

@@ -1,0 +1,73 @@
+// clashd: the gRPC service over the part store, the scene store and the query engine.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+
+namespace clash::server {
+
+/// Everything clashd can be told. Defaults are the embedded defaults: plaintext on loopback, a
+/// data folder in the working directory.
+struct ServerConfig {
+  /// gRPC listen address.
+  std::string listen = "127.0.0.1:50051";
+  /// Parts, assemblies, scenes, the import cache and upload temporaries live here.
+  std::string data_dir = "clashd-data";
+  /// Prometheus metrics over HTTP ("" disables).
+  std::string metrics_listen = "127.0.0.1:9464";
+  /// Serve grpc.reflection.v1alpha.
+  bool reflection = false;
+  /// Queries running at once, and waiting beyond them before RESOURCE_EXHAUSTED.
+  int query_slots = 2;
+  int query_queue = 64;
+  /// Imports (worker processes) running at once, and waiting.
+  int import_slots = 2;
+  int import_queue = 8;
+  /// Largest accepted upload (file bytes) and gRPC message.
+  std::size_t max_upload_bytes = std::size_t{512} << 20;
+  std::size_t max_message_bytes = std::size_t{256} << 20;
+  /// Largest part (triangles), for uploads and imports.
+  std::size_t max_part_triangles = 20'000'000;
+  /// Server-side deadline when the client sends none (or a later one), per kind of call.
+  double max_query_seconds = 60;
+  double max_import_seconds = 300;
+  /// Import worker limits (see clash::cad::IsolationLimits); "" finds clash-cad-worker.
+  std::string worker_path;
+  std::size_t import_memory_bytes = std::size_t{4} << 30;
+  /// On SIGTERM: time in-flight calls get before they are cancelled.
+  double shutdown_grace_seconds = 10;
+  /// No per-RPC log lines (tests).
+  bool quiet = false;
+};
+
+class ClashServer {
+ public:
+  /// Opens the stores and starts listening. UNAVAILABLE when the address cannot be bound.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ClashServer>> Start(
+      const ServerConfig& config);
+  ~ClashServer();
+
+  /// The bound gRPC port (useful with port 0).
+  [[nodiscard]] int port() const;
+  /// The bound metrics port, 0 when disabled.
+  [[nodiscard]] int metrics_port() const;
+  /// The gRPC server (in-process channels for tests).
+  [[nodiscard]] grpc::Server* grpc_server();
+  /// Health NOT_SERVING, stop accepting calls, give in-flight calls the grace period, cancel
+  /// the rest (which kills their import workers), and return.
+  void Shutdown();
+  /// Blocks until Shutdown finished.
+  void Wait();
+
+  struct Impl;
+
+ private:
+  explicit ClashServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace clash::server

@@ -1,0 +1,636 @@
+// In-process tests of clashd: every RPC, its error paths, and the scene queries against
+// brute-force oracles over every instance pair (no broad phase, no cache).
+#include "server.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "clash/client/client.h"
+#include "clash/geom/interference.h"
+#include "clash/geom/query.h"
+#include "grpcpp/grpcpp.h"
+#include "testing/random_geometry.h"
+#include "testing/status_matchers.h"
+
+namespace clash::server {
+namespace {
+
+using ::clash::testing::IsOk;
+using ::clash::testing::MakeBox;
+using ::clash::testing::RawMesh;
+using ::clash::testing::StatusIs;
+using geom::RigidTransform;
+using geom::Vec3;
+using ::testing::ElementsAre;
+
+std::string MakeTempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "clash-server-test-XXXXXX").string();
+  return mkdtemp(tmpl.data());
+}
+
+v1::Pose ToPose(const RigidTransform& X) {
+  v1::Pose p;
+  Eigen::Quaterniond q(X.R);
+  p.mutable_translation_mm()->set_x(X.t.x());
+  p.mutable_translation_mm()->set_y(X.t.y());
+  p.mutable_translation_mm()->set_z(X.t.z());
+  p.mutable_quaternion()->set_w(q.w());
+  p.mutable_quaternion()->set_x(q.x());
+  p.mutable_quaternion()->set_y(q.y());
+  p.mutable_quaternion()->set_z(q.z());
+  return p;
+}
+
+// The transform the server rebuilds from a wire pose (quaternion round trip).
+RigidTransform FromPose(const v1::Pose& p) {
+  Eigen::Quaterniond q(p.quaternion().w(), p.quaternion().x(), p.quaternion().y(),
+                       p.quaternion().z());
+  return {q.normalized().toRotationMatrix(),
+          Vec3(p.translation_mm().x(), p.translation_mm().y(), p.translation_mm().z())};
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir();
+    Start();
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void Start(ServerConfig config = {}) {
+    config.listen = "127.0.0.1:0";
+    config.metrics_listen = "127.0.0.1:0";
+    config.data_dir = dir_ + "/data";
+    config.worker_path = CLASH_CAD_WORKER_PATH;
+    config.quiet = true;
+    config.shutdown_grace_seconds = 1;
+    auto server = ClashServer::Start(config);
+    ASSERT_THAT(server.status(), IsOk());
+    server_ = std::move(*server);
+    grpc::ChannelArguments args;
+    client_ = client::Client::FromChannel(server_->grpc_server()->InProcessChannel(args));
+  }
+  void Restart(ServerConfig config = {}) {
+    client_.reset();
+    server_.reset();
+    Start(config);
+  }
+
+  // Uploads a mesh; returns the part id.
+  std::string Upload(const RawMesh& m, const std::string& name, double deflection = 0) {
+    v1::UploadMeshRequest req;
+    req.set_name(name);
+    for (const Vec3& v : m.v) {
+      req.add_vertices_mm(v.x());
+      req.add_vertices_mm(v.y());
+      req.add_vertices_mm(v.z());
+    }
+    for (const auto& t : m.t) {
+      for (uint32_t i : t) req.add_triangles(i);
+    }
+    req.set_deflection_mm(deflection);
+    auto part = client_->UploadMesh(req);
+    EXPECT_THAT(part.status(), IsOk());
+    return part.ok() ? part->part_id() : std::string();
+  }
+
+  std::string NewScene() {
+    auto scene = client_->CreateScene("test");
+    EXPECT_THAT(scene.status(), IsOk());
+    return scene.ok() ? scene->scene_id() : std::string();
+  }
+
+  uint64_t Place(const std::string& scene, const std::string& part, const RigidTransform& X,
+                 const std::string& path) {
+    v1::AddInstancesRequest req;
+    req.set_scene_id(scene);
+    v1::PartPlacement* p = req.add_parts();
+    p->set_part_id(part);
+    p->set_path(path);
+    *p->mutable_pose() = ToPose(X);
+    auto r = client_->AddInstances(req);
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? r->instances(0).instance_id() : 0;
+  }
+
+  v1::InterferenceResponse Check(const std::string& scene, double tau, double clearance = 0) {
+    v1::InterferenceRequest req;
+    req.set_scene_id(scene);
+    if (tau >= 0) req.mutable_tolerances()->set_contact_tolerance_mm(tau);
+    req.mutable_tolerances()->set_clearance_mm(clearance);
+    auto r = client_->CheckInterference(req);
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : v1::InterferenceResponse();
+  }
+
+  std::string dir_;
+  std::unique_ptr<ClashServer> server_;
+  std::unique_ptr<client::Client> client_;
+};
+
+TEST_F(ServerTest, UploadMeshDescribesThePartAndIsContentAddressed) {
+  const std::string id = Upload(MakeBox(Vec3(5, 10, 20)), "block", 0.01);
+  auto part = client_->GetPart(id);
+  ASSERT_THAT(part.status(), IsOk());
+  EXPECT_EQ(part->name(), "block");
+  EXPECT_EQ(part->triangle_count(), 12u);
+  EXPECT_EQ(part->vertex_count(), 8u);
+  EXPECT_TRUE(part->closed());
+  EXPECT_DOUBLE_EQ(part->bounds().max_mm().z(), 20);
+  EXPECT_DOUBLE_EQ(part->bounds().min_mm().y(), -10);
+  EXPECT_DOUBLE_EQ(part->deflection_mm(), 0.01);
+  EXPECT_EQ(part->hierarchy().aabb_nodes() + part->hierarchy().obb_nodes(),
+            part->hierarchy().nodes());
+  // The same content gives the same id; other content another one.
+  EXPECT_EQ(Upload(MakeBox(Vec3(5, 10, 20)), "again", 0.01), id);
+  EXPECT_NE(Upload(MakeBox(Vec3(5, 10, 21)), "other", 0.01), id);
+  auto all = client_->ListParts();
+  ASSERT_THAT(all.status(), IsOk());
+  EXPECT_EQ(all->size(), 2u);
+}
+
+TEST_F(ServerTest, BadMeshesAreInvalidArgumentAndStoreNothing) {
+  v1::UploadMeshRequest req;
+  req.add_vertices_mm(0);
+  req.add_vertices_mm(0);
+  req.add_vertices_mm(std::nan(""));
+  for (int i = 0; i < 6; ++i) req.add_vertices_mm(i);
+  req.add_triangles(0);
+  req.add_triangles(1);
+  req.add_triangles(2);
+  EXPECT_THAT(client_->UploadMesh(req), StatusIs(absl::StatusCode::kInvalidArgument, "finite"));
+  req.set_vertices_mm(2, 1.0);
+  req.set_triangles(2, 7);
+  EXPECT_THAT(client_->UploadMesh(req), StatusIs(absl::StatusCode::kInvalidArgument, "vertex 7"));
+  req.add_triangles(1);
+  EXPECT_THAT(client_->UploadMesh(req), StatusIs(absl::StatusCode::kInvalidArgument, "3 values"));
+  auto all = client_->ListParts();
+  ASSERT_THAT(all.status(), IsOk());
+  EXPECT_TRUE(all->empty());
+}
+
+TEST_F(ServerTest, OversizedUploadsAreResourceExhausted) {
+  ServerConfig small;
+  small.max_part_triangles = 100;
+  Restart(small);
+  v1::UploadMeshRequest req;
+  const RawMesh m = testing::MakeSubdividedBox(Vec3(1, 1, 1), 5);  // 300 triangles
+  for (const Vec3& v : m.v) {
+    for (int k = 0; k < 3; ++k) req.add_vertices_mm(v[k]);
+  }
+  for (const auto& t : m.t) {
+    for (uint32_t i : t) req.add_triangles(i);
+  }
+  EXPECT_THAT(client_->UploadMesh(req), StatusIs(absl::StatusCode::kResourceExhausted, "limit"));
+}
+
+TEST_F(ServerTest, UnknownIdsAreNotFound) {
+  const std::string missing_scene = "s" + std::string(32, '0');
+  EXPECT_THAT(client_->GetScene(missing_scene), StatusIs(absl::StatusCode::kNotFound, "scene"));
+  EXPECT_THAT(client_->GetScene("garbage"), StatusIs(absl::StatusCode::kNotFound, "scene"));
+  EXPECT_THAT(client_->DeleteScene(missing_scene), StatusIs(absl::StatusCode::kNotFound, ""));
+  EXPECT_THAT(client_->GetPart("p" + std::string(32, '1')),
+              StatusIs(absl::StatusCode::kNotFound, "part"));
+  EXPECT_THAT(client_->GetPart("../../etc/passwd"), StatusIs(absl::StatusCode::kNotFound, "part"));
+  EXPECT_THAT(client_->GetAssembly("a" + std::string(32, '2')),
+              StatusIs(absl::StatusCode::kNotFound, "assembly"));
+  const std::string scene = NewScene();
+  v1::AddInstancesRequest add;
+  add.set_scene_id(scene);
+  add.add_parts()->set_part_id("p" + std::string(32, '3'));
+  EXPECT_THAT(client_->AddInstances(add), StatusIs(absl::StatusCode::kNotFound, "part"));
+  v1::SetPosesRequest poses;
+  poses.set_scene_id(scene);
+  poses.add_poses()->set_instance_id(42);
+  EXPECT_THAT(client_->SetPoses(poses), StatusIs(absl::StatusCode::kNotFound, "instance 42"));
+  v1::InterferenceRequest check;
+  check.set_scene_id(scene);
+  check.mutable_set_a()->add_groups("nope");
+  EXPECT_THAT(client_->CheckInterference(check), StatusIs(absl::StatusCode::kNotFound, "group"));
+  check.set_scene_id(missing_scene);
+  EXPECT_THAT(client_->CheckInterference(check), StatusIs(absl::StatusCode::kNotFound, "scene"));
+}
+
+TEST_F(ServerTest, BadPosesAreInvalidArgumentAndChangeNothing) {
+  const std::string part = Upload(MakeBox(Vec3(1, 1, 1)), "cube");
+  const std::string scene = NewScene();
+  const uint64_t id = Place(scene, part, RigidTransform::Identity(), "cube");
+  const auto before = client_->GetScene(scene);
+  ASSERT_THAT(before.status(), IsOk());
+
+  v1::SetPosesRequest req;
+  req.set_scene_id(scene);
+  v1::PoseUpdate* u = req.add_poses();
+  u->set_instance_id(id);
+  u->mutable_pose()->mutable_translation_mm()->set_x(std::nan(""));
+  EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "finite"));
+  u->mutable_pose()->mutable_translation_mm()->set_x(1);
+  u->mutable_pose()->mutable_quaternion()->set_w(2);
+  EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "norm"));
+  v1::RotationMatrix* m = u->mutable_pose()->mutable_matrix();
+  for (double v : {1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, -1.0}) m->add_rows(v);  // a mirror
+  EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "rotation"));
+
+  // A batch with one bad pose changes nothing.
+  v1::AddInstancesRequest add;
+  add.set_scene_id(scene);
+  add.add_parts()->set_part_id(part);
+  v1::PartPlacement* bad = add.add_parts();
+  bad->set_part_id(part);
+  bad->mutable_pose()->mutable_translation_mm()->set_y(std::numeric_limits<double>::infinity());
+  EXPECT_THAT(client_->AddInstances(add), StatusIs(absl::StatusCode::kInvalidArgument, "parts[1]"));
+  // So does a duplicate path.
+  v1::AddInstancesRequest dup;
+  dup.set_scene_id(scene);
+  dup.add_parts()->set_part_id(part);
+  dup.mutable_parts(0)->set_path("cube");
+  EXPECT_THAT(client_->AddInstances(dup), StatusIs(absl::StatusCode::kInvalidArgument, "exists"));
+
+  const auto after = client_->GetScene(scene);
+  ASSERT_THAT(after.status(), IsOk());
+  EXPECT_EQ(after->version(), before->version());
+  EXPECT_EQ(after->instance_count(), 1u);
+}
+
+TEST_F(ServerTest, ClassesOfKnownBoxPairs) {
+  const std::string big = Upload(MakeBox(Vec3(5, 5, 5)), "big");
+  const std::string small = Upload(MakeBox(Vec3(1, 1, 1)), "small");
+  const std::string scene = NewScene();
+  auto T = [](double x, double y, double z) { return RigidTransform::Translation(Vec3(x, y, z)); };
+  Place(scene, big, T(0, 0, 0), "a");
+  Place(scene, big, T(8, 0, 0), "hard");      // overlaps a by 2 mm
+  Place(scene, big, T(0, 10, 0), "touch");    // face contact with a
+  Place(scene, small, T(0, 0, 0), "inside");  // inside a
+  Place(scene, big, T(0, -10.5, 0), "near");  // 0.5 mm from a
+  Place(scene, big, T(0, 0, -20), "far");     // far from everything
+  const v1::InterferenceResponse r = Check(scene, 0.01, 1.0);
+  std::map<std::pair<std::string, std::string>, v1::Clash> by_pair;
+  for (const v1::Clash& c : r.clashes()) by_pair[{c.path_a(), c.path_b()}] = c;
+  auto Pair = [&](const std::string& a, const std::string& b) { return by_pair[{a, b}]; };
+  ASSERT_TRUE(by_pair.count(std::pair<std::string, std::string>("a", "hard")));
+  EXPECT_EQ(Pair("a", "hard").clash_class(), v1::HARD);
+  EXPECT_NEAR(Pair("a", "hard").depth_mm(), 2.0, 0.1);
+  ASSERT_TRUE(by_pair.count(std::pair<std::string, std::string>("a", "touch")));
+  EXPECT_EQ(Pair("a", "touch").clash_class(), v1::CONTACT);
+  ASSERT_TRUE(by_pair.count(std::pair<std::string, std::string>("a", "inside")));
+  EXPECT_EQ(Pair("a", "inside").clash_class(), v1::CONTAINED);
+  ASSERT_TRUE(by_pair.count(std::pair<std::string, std::string>("a", "near")));
+  EXPECT_EQ(Pair("a", "near").clash_class(), v1::CLEARANCE);
+  EXPECT_NEAR(Pair("a", "near").distance_mm(), 0.5, 1e-9);
+  for (const auto& [pair, c] : by_pair) {
+    EXPECT_NE(pair.first, "far");
+    EXPECT_NE(pair.second, "far");
+    EXPECT_LT(c.path_a(), c.path_b());
+    EXPECT_EQ(c.contact_tolerance_mm(), 0.01);
+  }
+  EXPECT_EQ(r.summary().hard(), 1u);
+  EXPECT_EQ(r.summary().contained(), 1u);
+  EXPECT_EQ(r.tolerances().clearance_mm(), 1.0);
+  // Order: HARD, CONTAINED, CONTACT, CLEARANCE; ids stable across calls.
+  ASSERT_GE(r.clashes_size(), 4);
+  EXPECT_EQ(r.clashes(0).clash_class(), v1::HARD);
+  const v1::InterferenceResponse again = Check(scene, 0.01, 1.0);
+  ASSERT_EQ(again.clashes_size(), r.clashes_size());
+  for (int i = 0; i < r.clashes_size(); ++i) {
+    EXPECT_EQ(again.clashes(i).clash_id(), r.clashes(i).clash_id());
+  }
+  EXPECT_EQ(again.summary().cached_pairs(), again.summary().candidate_pairs());
+}
+
+TEST_F(ServerTest, AllowedInterferenceIsReportedAsSuppressed) {
+  const std::string box = Upload(MakeBox(Vec3(5, 5, 5)), "box");
+  const std::string scene = NewScene();
+  const uint64_t a = Place(scene, box, RigidTransform::Identity(), "bolt");
+  const uint64_t b = Place(scene, box, RigidTransform::Translation(Vec3(3, 0, 0)), "nut");
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene);
+  v1::AllowedInterference* rule = req.add_allowed();
+  rule->set_name("threaded");
+  rule->mutable_a()->add_instance_ids(a);
+  rule->mutable_b()->add_instance_ids(b);
+  auto r = client_->CheckInterference(req);
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_EQ(r->clashes_size(), 1);
+  EXPECT_EQ(r->clashes(0).clash_class(), v1::HARD);
+  EXPECT_TRUE(r->clashes(0).suppressed());
+  EXPECT_EQ(r->clashes(0).suppressed_by(), "threaded");
+  EXPECT_EQ(r->summary().hard(), 0u);
+  EXPECT_EQ(r->summary().suppressed(), 1u);
+  // A depth limit below the actual depth does not suppress.
+  rule->set_max_depth_mm(1.0);
+  r = client_->CheckInterference(req);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_FALSE(r->clashes(0).suppressed());
+}
+
+// Random scenes: CheckInterference (broad phase + cache + overrides) equals ClassifyPair over
+// every pair; ComputeDistance equals the minimum of Distance over every pair; PickRays equals
+// the nearest CastRay over every instance.
+TEST_F(ServerTest, SceneQueriesMatchBruteForceOverAllPairs) {
+  std::mt19937 rng = testing::SeededRng(7);
+  std::vector<RawMesh> meshes = {MakeBox(Vec3(3, 2, 1)), MakeBox(Vec3(1, 1, 6)),
+                                 testing::MakeSubdividedBox(Vec3(2, 2, 2), 3),
+                                 testing::MakeCylinder(1.5, 5, 24)};
+  std::vector<std::string> part_ids;
+  std::vector<std::shared_ptr<const geom::Part>> parts;
+  for (std::size_t i = 0; i < meshes.size(); ++i) {
+    part_ids.push_back(Upload(meshes[i], "m" + std::to_string(i)));
+    parts.push_back(meshes[i].Part());
+  }
+  const std::string scene = NewScene();
+  const int n = testing::Trials(60, 20);
+  std::vector<uint64_t> ids;
+  std::vector<int> kind;
+  std::vector<RigidTransform> poses;
+  for (int i = 0; i < n; ++i) {
+    const int k = static_cast<int>(rng() % meshes.size());
+    const RigidTransform X = FromPose(ToPose(testing::RandomPose(rng, 15)));
+    ids.push_back(Place(scene, part_ids[k], X, "i" + std::to_string(i)));
+    kind.push_back(k);
+    poses.push_back(X);
+  }
+  const double tau = 0.05;
+  const double clearance = 0.8;
+  auto expect_matches = [&](const std::map<uint64_t, RigidTransform>& overrides) {
+    v1::InterferenceRequest req;
+    req.set_scene_id(scene);
+    req.mutable_tolerances()->set_contact_tolerance_mm(tau);
+    req.mutable_tolerances()->set_clearance_mm(clearance);
+    for (const auto& [id, X] : overrides) {
+      v1::PoseUpdate* u = req.add_pose_overrides();
+      u->set_instance_id(id);
+      *u->mutable_pose() = ToPose(X);
+    }
+    auto r = client_->CheckInterference(req);
+    ASSERT_THAT(r.status(), IsOk());
+    std::map<std::pair<uint64_t, uint64_t>, v1::ClashClass> got;
+    for (const v1::Clash& c : r->clashes()) {
+      got[std::minmax(c.instance_a(), c.instance_b())] = c.clash_class();
+    }
+    std::map<std::pair<uint64_t, uint64_t>, v1::ClashClass> want;
+    geom::PairTolerances pt;
+    pt.contact_mm = tau;
+    pt.clearance_mm = clearance;
+    auto pose = [&](int i) {
+      auto it = overrides.find(ids[i]);
+      return it == overrides.end() ? poses[i] : FromPose(ToPose(it->second));
+    };
+    for (int i = 0; i < n; ++i) {
+      for (int j = i + 1; j < n; ++j) {
+        const geom::PairClassification pc =
+            geom::ClassifyPair(*parts[kind[i]], pose(i), *parts[kind[j]], pose(j), pt);
+        if (pc.cls == geom::ClashClass::kClear) continue;
+        const v1::ClashClass cls = pc.cls == geom::ClashClass::kHard        ? v1::HARD
+                                   : pc.cls == geom::ClashClass::kContact   ? v1::CONTACT
+                                   : pc.cls == geom::ClashClass::kClearance ? v1::CLEARANCE
+                                                                            : v1::CONTAINED;
+        want[std::minmax(ids[i], ids[j])] = cls;
+      }
+    }
+    EXPECT_EQ(got, want);
+    for (const auto& [pair, cls] : want) {
+      auto it = got.find(pair);
+      if (it == got.end() || it->second != cls) {
+        ADD_FAILURE() << "pair " << pair.first << "," << pair.second << " want " << cls << " got "
+                      << (it == got.end() ? -1 : it->second);
+      }
+    }
+    EXPECT_GT(want.size(), 0u);
+  };
+  expect_matches({});
+  // Move a few instances; only their pairs are recomputed.
+  v1::SetPosesRequest move;
+  move.set_scene_id(scene);
+  for (int m = 0; m < 5; ++m) {
+    const int i = static_cast<int>(rng() % n);
+    poses[i] = FromPose(ToPose(testing::RandomPose(rng, 15)));
+    v1::PoseUpdate* u = move.add_poses();
+    u->set_instance_id(ids[i]);
+    *u->mutable_pose() = ToPose(poses[i]);
+  }
+  ASSERT_THAT(client_->SetPoses(move).status(), IsOk());
+  expect_matches({});
+  {
+    v1::InterferenceRequest req;
+    req.set_scene_id(scene);
+    req.mutable_tolerances()->set_contact_tolerance_mm(tau);
+    req.mutable_tolerances()->set_clearance_mm(clearance);
+    auto r = client_->CheckInterference(req);
+    ASSERT_THAT(r.status(), IsOk());
+    EXPECT_EQ(r->summary().cached_pairs(), r->summary().candidate_pairs());
+  }
+  // What-if poses, not stored.
+  std::map<uint64_t, RigidTransform> what_if;
+  for (int m = 0; m < 4; ++m) what_if[ids[rng() % n]] = testing::RandomPose(rng, 15);
+  expect_matches(what_if);
+  expect_matches({});
+
+  // Distance between the first ten instances and the rest.
+  v1::DistanceRequest dreq;
+  dreq.set_scene_id(scene);
+  for (int i = 0; i < 10; ++i) dreq.mutable_set_a()->add_instance_ids(ids[i]);
+  for (int i = 10; i < n; ++i) dreq.mutable_set_b()->add_instance_ids(ids[i]);
+  auto d = client_->ComputeDistance(dreq);
+  ASSERT_THAT(d.status(), IsOk());
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 10; ++i) {
+    for (int j = 10; j < n; ++j) {
+      best = std::min(
+          best, geom::Distance(*parts[kind[i]], poses[i], *parts[kind[j]], poses[j]).distance);
+    }
+  }
+  ASSERT_TRUE(d->found());
+  EXPECT_NEAR(d->distance_mm(), best, 1e-9);
+  EXPECT_NEAR((Vec3(d->point_a_mm().x(), d->point_a_mm().y(), d->point_a_mm().z()) -
+               Vec3(d->point_b_mm().x(), d->point_b_mm().y(), d->point_b_mm().z()))
+                  .norm(),
+              best, 1e-6);
+
+  // Rays from outside towards the scene.
+  v1::PickRequest preq;
+  preq.set_scene_id(scene);
+  std::vector<geom::Ray> rays;
+  for (int k = 0; k < testing::Trials(200, 20); ++k) {
+    geom::Ray ray;
+    ray.origin = testing::RandomPoint(rng, 40);
+    ray.direction = (testing::RandomPoint(rng, 10) - ray.origin).normalized();
+    rays.push_back(ray);
+    v1::Ray* r = preq.add_rays();
+    r->mutable_origin_mm()->set_x(ray.origin.x());
+    r->mutable_origin_mm()->set_y(ray.origin.y());
+    r->mutable_origin_mm()->set_z(ray.origin.z());
+    r->mutable_direction()->set_x(ray.direction.x() * 3);  // not unit on the wire
+    r->mutable_direction()->set_y(ray.direction.y() * 3);
+    r->mutable_direction()->set_z(ray.direction.z() * 3);
+  }
+  auto picks = client_->PickRays(preq);
+  ASSERT_THAT(picks.status(), IsOk());
+  ASSERT_EQ(picks->hits_size(), static_cast<int>(rays.size()));
+  int hits = 0;
+  for (std::size_t k = 0; k < rays.size(); ++k) {
+    double t_best = std::numeric_limits<double>::infinity();
+    for (int i = 0; i < n; ++i) {
+      if (auto h = geom::CastRay(*parts[kind[i]], poses[i], rays[k]))
+        t_best = std::min(t_best, h->t);
+    }
+    const v1::PickHit& hit = picks->hits(static_cast<int>(k));
+    ASSERT_EQ(hit.hit(), std::isfinite(t_best)) << "ray " << k;
+    if (hit.hit()) {
+      ++hits;
+      EXPECT_NEAR(hit.distance_mm(), t_best, 1e-9);
+    }
+  }
+  EXPECT_GT(hits, 0);
+}
+
+TEST_F(ServerTest, PagesFollowTheSceneVersion) {
+  const std::string box = Upload(MakeBox(Vec3(5, 5, 5)), "box");
+  const std::string scene = NewScene();
+  for (int i = 0; i < 4; ++i) {
+    Place(scene, box, RigidTransform::Translation(Vec3(i, 0, 0)), "b" + std::to_string(i));
+  }
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene);
+  req.set_page_size(2);
+  auto all = client_->CheckInterference(req);  // follows every page
+  ASSERT_THAT(all.status(), IsOk());
+  EXPECT_EQ(all->clashes_size(), 6);
+  std::set<std::string> ids;
+  for (const v1::Clash& c : all->clashes()) ids.insert(c.clash_id());
+  EXPECT_EQ(ids.size(), 6u);
+  // A page token from before a change is refused.
+  auto stub = v1::QueryService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  grpc::ClientContext ctx;
+  v1::InterferenceResponse first;
+  ASSERT_TRUE(stub->CheckInterference(&ctx, req, &first).ok());
+  ASSERT_FALSE(first.next_page_token().empty());
+  Place(scene, box, RigidTransform::Translation(Vec3(50, 0, 0)), "late");
+  req.set_page_token(first.next_page_token());
+  grpc::ClientContext ctx2;
+  v1::InterferenceResponse second;
+  EXPECT_EQ(stub->CheckInterference(&ctx2, req, &second).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ServerTest, ExpiredDeadlineIsDeadlineExceeded) {
+  const std::string scene = NewScene();
+  auto stub = v1::QueryService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() - std::chrono::seconds(1));
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene);
+  v1::InterferenceResponse resp;
+  EXPECT_EQ(stub->CheckInterference(&ctx, req, &resp).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+TEST_F(ServerTest, ScenesAndPartsSurviveARestart) {
+  const std::string box = Upload(MakeBox(Vec3(5, 5, 5)), "box", 0.02);
+  const std::string scene = NewScene();
+  const uint64_t a = Place(scene, box, RigidTransform::Identity(), "a");
+  Place(scene, box, RigidTransform::Translation(Vec3(7, 0, 0)), "b");
+  v1::SetGroupRequest group;
+  group.set_scene_id(scene);
+  group.set_group("fixed");
+  group.add_instance_ids(a);
+  ASSERT_THAT(client_->SetGroup(group).status(), IsOk());
+  const v1::InterferenceResponse before = Check(scene, -1);
+  const auto instances_before = client_->ListInstances(scene);
+  ASSERT_THAT(instances_before.status(), IsOk());
+
+  Restart();
+  auto s = client_->GetScene(scene);
+  ASSERT_THAT(s.status(), IsOk());
+  EXPECT_EQ(s->instance_count(), 2u);
+  EXPECT_EQ(s->group_sizes().at("fixed"), 1u);
+  const auto instances_after = client_->ListInstances(scene);
+  ASSERT_THAT(instances_after.status(), IsOk());
+  ASSERT_EQ(instances_after->size(), instances_before->size());
+  for (std::size_t i = 0; i < instances_after->size(); ++i) {
+    EXPECT_EQ((*instances_after)[i].SerializeAsString(),
+              (*instances_before)[i].SerializeAsString());
+  }
+  const v1::InterferenceResponse after = Check(scene, -1);
+  ASSERT_EQ(after.clashes_size(), 1);
+  EXPECT_EQ(after.clashes(0).clash_id(), before.clashes(0).clash_id());
+  EXPECT_EQ(after.clashes(0).clash_class(), v1::HARD);
+  EXPECT_DOUBLE_EQ(after.clashes(0).contact_tolerance_mm(), 0.04);  // deflections added
+
+  ASSERT_THAT(client_->DeleteScene(scene), IsOk());
+  Restart();
+  EXPECT_THAT(client_->GetScene(scene), StatusIs(absl::StatusCode::kNotFound, ""));
+  EXPECT_THAT(client_->GetPart(box).status(), IsOk());
+}
+
+TEST_F(ServerTest, HealthIsServing) {
+  auto h = client_->CheckHealth();
+  ASSERT_THAT(h.status(), IsOk());
+  EXPECT_EQ(*h, client::Health::kServing);
+  auto q = client_->CheckHealth("clash.v1.QueryService");
+  ASSERT_THAT(q.status(), IsOk());
+  EXPECT_EQ(*q, client::Health::kServing);
+}
+
+TEST_F(ServerTest, ImportCadErrorsAreClassified) {
+  const std::string empty = dir_ + "/empty.step";
+  { std::ofstream(empty).put('\n'); }
+  EXPECT_THAT(client_->ImportCad(empty).status(), StatusIs(absl::StatusCode::kInvalidArgument, ""));
+  const std::string junk = dir_ + "/junk.step";
+  {
+    std::ofstream f(junk);
+    f << "ISO-10303-21;\nHEADER;\nthis is not STEP at all ((((\n";
+  }
+  EXPECT_THAT(client_->ImportCad(junk).status(), StatusIs(absl::StatusCode::kInvalidArgument, ""));
+  // Nothing is left in the upload folder.
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/data/tmp"));
+}
+
+TEST_F(ServerTest, ImportsTheAs1AssemblyFromSharedData) {
+  const std::string file = std::string(CLASH_CAD_DATA_DIR) + "/as1-oc-214-mat.stp";
+  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << " (../shared absent)";
+  auto imported = client_->ImportCad(file);
+  ASSERT_THAT(imported.status(), IsOk());
+  const v1::Assembly& as = imported->assembly();
+  EXPECT_TRUE(as.report().complete());
+  EXPECT_FALSE(as.report().from_cache());
+  EXPECT_EQ(as.instances_size(), 18);
+  std::set<std::string> names;
+  for (const v1::Part& p : imported->parts()) names.insert(p.name());
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"nut", "bolt", "rod", "l-bracket", "plate"}));
+
+  const std::string scene = NewScene();
+  v1::AddInstancesRequest add;
+  add.set_scene_id(scene);
+  add.add_assemblies()->set_assembly_id(as.assembly_id());
+  auto added = client_->AddInstances(add);
+  ASSERT_THAT(added.status(), IsOk());
+  EXPECT_EQ(added->instances_size(), 18);
+  // At default tolerances the touching parts are contacts, not hard clashes.
+  const v1::InterferenceResponse r = Check(scene, -1);
+  EXPECT_EQ(r.summary().hard(), 0u) << r.DebugString();
+  EXPECT_EQ(r.summary().contained(), 0u);
+  EXPECT_GT(r.summary().contact(), 0u);
+
+  auto again = client_->ImportCad(file);
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_TRUE(again->assembly().report().from_cache());
+  EXPECT_EQ(again->assembly().assembly_id(), as.assembly_id());
+}
+
+}  // namespace
+}  // namespace clash::server
