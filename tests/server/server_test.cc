@@ -2,9 +2,14 @@
 // brute-force oracles over every instance pair (no broad phase, no cache).
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,12 +19,14 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "clash/client/client.h"
 #include "clash/geom/interference.h"
 #include "clash/geom/query.h"
 #include "grpcpp/grpcpp.h"
+#include "limiter.h"
 #include "testing/random_geometry.h"
 #include "testing/status_matchers.h"
 
@@ -630,6 +637,82 @@ TEST_F(ServerTest, ImportsTheAs1AssemblyFromSharedData) {
   ASSERT_THAT(again.status(), IsOk());
   EXPECT_TRUE(again->assembly().report().from_cache());
   EXPECT_EQ(again->assembly().assembly_id(), as.assembly_id());
+}
+
+TEST_F(ServerTest, FullImportQueueIsResourceExhaustedAtOnce) {
+  ServerConfig one;
+  one.import_slots = 1;
+  one.import_queue = 0;
+  Restart(one);
+  auto stub = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  // The first import holds the only slot while its upload stays open.
+  grpc::ClientContext first_ctx;
+  v1::ImportCadResponse first_resp;
+  auto first = stub->ImportCad(&first_ctx, &first_resp);
+  v1::ImportCadRequest header;
+  header.mutable_header()->set_file_name("slow.step");
+  ASSERT_TRUE(first->Write(header));
+  // Wait until the server has admitted it (the gauge says so).
+  grpc::ClientContext second_ctx;
+  v1::ImportCadResponse second_resp;
+  grpc::Status second_status;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    grpc::ClientContext ctx;
+    v1::ImportCadResponse resp;
+    auto second = stub->ImportCad(&ctx, &resp);
+    second->Write(header);
+    second->WritesDone();
+    second_status = second->Finish();
+    if (second_status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(second_status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(second_status.error_message(), ::testing::HasSubstr("queue full"));
+  first_ctx.TryCancel();
+  first->Finish();
+}
+
+TEST(WorkLimiterTest, QueuesUpToItsBoundThenRefuses) {
+  WorkLimiter limiter("test", 1, 1);
+  auto a = limiter.Acquire({});
+  ASSERT_THAT(a.status(), IsOk());
+  std::atomic<bool> got_b{false};
+  std::thread waiter([&] {
+    auto b = limiter.Acquire({});
+    got_b = b.ok();
+  });
+  while (limiter.waiting() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // One running, one waiting: the next caller is refused at once.
+  EXPECT_THAT(limiter.Acquire({}).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "queue full"));
+  // A waiter whose call is cancelled leaves with the stop status.
+  *a = WorkLimiter::Permit();  // releases the slot: the waiter proceeds
+  waiter.join();
+  EXPECT_TRUE(got_b);
+  EXPECT_EQ(limiter.running(), 0);
+}
+
+TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
+  NewScene();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->metrics_port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string get = "GET /metrics HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(write(fd, get.data(), get.size()), static_cast<ssize_t>(get.size()));
+  std::string body;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, static_cast<size_t>(n));
+  close(fd);
+  EXPECT_THAT(body, ::testing::HasSubstr("200 OK"));
+  EXPECT_THAT(body,
+              ::testing::HasSubstr("clashd_requests_total{method=\"CreateScene\",code=\"OK\"} 1"));
+  EXPECT_THAT(
+      body, ::testing::HasSubstr("clashd_request_duration_seconds_bucket{method=\"CreateScene\""));
+  EXPECT_THAT(body, ::testing::HasSubstr("clashd_import_waiting 0"));
 }
 
 }  // namespace
