@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "clash/geom/aabb.h"
 #include "clash/geom/part.h"
 #include "clash/geom/query.h"
 #include "clash/geom/triangle.h"
@@ -54,6 +55,18 @@ inline double BruteDistance(const geom::Part& a, const geom::RigidTransform& X_W
     for (const auto& y : tb) best = std::min(best, geom::DistanceTriangles(x, y).distance);
   }
   return best;
+}
+
+/// Every unordered pair {i, j} (i < j) of boxes that overlap.
+inline std::vector<std::pair<std::size_t, std::size_t>> BruteOverlappingPairs(
+    const std::vector<geom::Aabb>& boxes) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    for (std::size_t j = i + 1; j < boxes.size(); ++j) {
+      if (boxes[i].Overlaps(boxes[j])) out.emplace_back(i, j);
+    }
+  }
+  return out;
 }
 
 /// Closest ray hit over all triangles (ray in the part frame): (t, triangle).
