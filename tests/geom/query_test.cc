@@ -158,6 +158,51 @@ TEST_P(QueryOracle, RayCastAgreesWithAllTriangles) {
   EXPECT_LT(hits, trials * 4 / 5);
 }
 
+TEST_P(QueryOracle, ClosestPointAgreesWithAllTriangles) {
+  auto rng = SeededRng(96 + static_cast<int>(GetParam()));
+  const int trials = testing::Trials(2000, 400);
+  int bounded = 0, found_within = 0;
+  PartPtr part;
+  for (int i = 0; i < trials; ++i) {
+    if (i % 250 == 0) {
+      RawMesh raw = i % 500 == 0 ? MakeBlob(rng, 10, 14, 20, 0.3) : MakeSoup(rng, 300, 10, 3);
+      part = raw.Transformed({RandomRotation(rng), RandomPoint(rng, 50)}).Part(Mode(GetParam()));
+    }
+    // Points inside, near and far from the part.
+    const Vec3 p = RandomPoint(rng, i % 3 == 0 ? 40 : 14, part->bounds().Center());
+    const auto [expected, expected_tri] = testing::BruteClosestPoint(part->mesh(), p);
+    const PointDistanceResult r = ClosestPoint(*part, p);
+    ASSERT_EQ(r.distance, expected) << "trial " << i;
+    EXPECT_NEAR((r.p_PC - p).norm(), r.distance, 1e-12 * (1 + r.distance));
+    EXPECT_LT((ClosestPointOnTriangle(r.p_PC, part->mesh().triangle(r.triangle)) - r.p_PC).norm(),
+              1e-9);
+    if (r.triangle != expected_tri) {  // a tie: the reported triangle is as near
+      EXPECT_EQ((p - ClosestPointOnTriangle(p, part->mesh().triangle(r.triangle))).norm(),
+                expected);
+    }
+    // upper_bound: a triangle exactly at the bound counts; below it nothing is found.
+    EXPECT_EQ(ClosestPoint(*part, p, expected).distance, expected);
+    EXPECT_EQ(ClosestPoint(*part, p, std::nextafter(expected, 0.0)).distance,
+              std::numeric_limits<double>::infinity());
+    const double bound = Uniform(rng, 0, 2 * expected);
+    const PointDistanceResult b = ClosestPoint(*part, p, bound);
+    ++bounded;
+    if (expected <= bound) {
+      ++found_within;
+      EXPECT_EQ(b.distance, expected);
+    } else {
+      EXPECT_EQ(b.distance, std::numeric_limits<double>::infinity());
+    }
+  }
+  EXPECT_GT(found_within, bounded / 4);
+  EXPECT_LT(found_within, bounded * 3 / 4);
+  // A negative or NaN bound finds nothing.
+  EXPECT_EQ(ClosestPoint(*part, Vec3::Zero(), -1.0).distance,
+            std::numeric_limits<double>::infinity());
+  EXPECT_EQ(ClosestPoint(*part, Vec3::Zero(), std::nan("")).distance,
+            std::numeric_limits<double>::infinity());
+}
+
 INSTANTIATE_TEST_SUITE_P(AllModes, QueryOracle,
                          ::testing::Values(BvMode::kAdaptive, BvMode::kAabbOnly, BvMode::kObbOnly),
                          [](const ::testing::TestParamInfo<BvMode>& param_info) {

@@ -57,6 +57,17 @@ inline double BruteDistance(const geom::Part& a, const geom::RigidTransform& X_W
   return best;
 }
 
+/// The nearest triangle to p over all triangles (part frame): (distance, triangle).
+inline std::pair<double, uint32_t> BruteClosestPoint(const geom::TriangleMesh& m,
+                                                     const geom::Vec3& p) {
+  std::pair<double, uint32_t> best{std::numeric_limits<double>::infinity(), 0};
+  for (uint32_t i = 0; i < m.num_triangles(); ++i) {
+    const double d = (p - geom::ClosestPointOnTriangle(p, m.triangle(i))).norm();
+    if (d < best.first) best = {d, i};
+  }
+  return best;
+}
+
 /// Every unordered pair {i, j} (i < j) of boxes that overlap.
 inline std::vector<std::pair<std::size_t, std::size_t>> BruteOverlappingPairs(
     const std::vector<geom::Aabb>& boxes) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <utility>
 
 #include "ray_internal.h"
 
@@ -379,6 +380,68 @@ bool ContainsPoint(const Part& part, const Vec3& p_PQ) {
   }
   if (votes == 0) return WindingNumber(part.mesh(), p_PQ) > 0.5;
   return 2 * votes_in > votes;
+}
+
+namespace {
+
+// OBB node axes are orthonormal only to ~1e-7 (single precision): a gap measured along them
+// may exceed the true distance by that fraction, so it is shrunk by far more.
+constexpr double kObbGapShrink = 1.0 - 1e-6;
+
+// Lower bound of the distance from p (part frame) to anything inside node n's box.
+double NodeGap(const Part& part, const BvhNode& n, const Vec3& p) {
+  if (!n.IsObb()) return ((p - n.center).cwiseAbs() - n.half).cwiseMax(0.0).norm();
+  const Vec3 q = part.NodeAxes(n).transpose() * (p - n.center);
+  return (q.cwiseAbs() - n.half).cwiseMax(0.0).norm() * kObbGapShrink;
+}
+
+}  // namespace
+
+PointDistanceResult ClosestPoint(const Part& part, const Vec3& p_PQ, double upper_bound) {
+  PointDistanceResult r;
+  if (!(upper_bound >= 0.0)) return r;
+  const auto& N = part.nodes();
+  double best = upper_bound;
+  bool found = false;
+  // Until a triangle is found the bound is inclusive (a triangle exactly at upper_bound
+  // counts); afterwards only strictly nearer ones can improve.
+  auto pruned = [&](double gap) { return found ? gap >= best : gap > best; };
+  struct Entry {
+    uint32_t node;
+    double gap;
+  } stack[kNodeStack];
+  int sp = 0;
+  const double root_gap = NodeGap(part, N[0], p_PQ);
+  if (pruned(root_gap)) return r;
+  stack[sp++] = {0, root_gap};
+  while (sp > 0) {
+    const Entry e = stack[--sp];
+    if (pruned(e.gap)) continue;
+    const BvhNode& n = N[e.node];
+    if (n.IsLeaf()) {
+      for (uint32_t k = 0; k < n.Count(); ++k) {
+        const uint32_t id = part.prims()[n.index + k];
+        const Vec3 c = ClosestPointOnTriangle(p_PQ, part.mesh().triangle(id));
+        const double d = (p_PQ - c).norm();
+        if (found ? d < best : d <= best) {
+          best = d;
+          found = true;
+          r.p_PC = c;
+          r.triangle = id;
+        }
+      }
+      continue;
+    }
+    // Nearer child on top of the stack.
+    Entry c0{n.index, NodeGap(part, N[n.index], p_PQ)};
+    Entry c1{n.index + 1, NodeGap(part, N[n.index + 1], p_PQ)};
+    if (c1.gap < c0.gap) std::swap(c0, c1);
+    assert(sp + 2 <= kNodeStack);
+    if (!pruned(c1.gap)) stack[sp++] = c1;
+    if (!pruned(c0.gap)) stack[sp++] = c0;
+  }
+  if (found) r.distance = best;
+  return r;
 }
 
 Containment FindContainment(const Part& a, const RigidTransform& X_WA, const Part& b,

@@ -72,6 +72,21 @@ struct DistanceResult {
 [[nodiscard]] bool WithinDistance(const Part& a, const RigidTransform& X_WA, const Part& b,
                                   const RigidTransform& X_WB, double d);
 
+/// The closest point of a part's surface to a point.
+struct PointDistanceResult {
+  double distance =
+      std::numeric_limits<double>::infinity();  ///< +inf when nothing within upper_bound.
+  Vec3 p_PC = Vec3::Zero();                     ///< Closest point (part frame).
+  uint32_t triangle = 0;                        ///< Triangle holding p_PC.
+};
+
+/// Closest point on the part's surface to p_PQ (part frame); triangles farther than
+/// upper_bound are ignored. A nearest-first descent of the hierarchy that skips nodes whose box
+/// is not nearer than the best triangle so far; exact (the minimum over all triangles).
+[[nodiscard]] PointDistanceResult ClosestPoint(
+    const Part& part, const Vec3& p_PQ,
+    double upper_bound = std::numeric_limits<double>::infinity());
+
 /// The closest hit of a ray on a posed part.
 struct RayHit {
   double t = 0.0;                ///< Ray parameter of the hit.
