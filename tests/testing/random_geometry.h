@@ -158,6 +158,35 @@ inline RawMesh MakeCylinder(double r, double h, int segments) {
   return m;
 }
 
+/// A closed tube along z, centred at the origin: a prism of `segments` sides with vertices on
+/// radius r_out and a coaxial hole with vertices on radius r_in (genus one, outward normals).
+inline RawMesh MakeTube(double r_in, double r_out, double h, int segments) {
+  RawMesh m;
+  const uint32_t n = static_cast<uint32_t>(segments);
+  // Vertex 4i + k: k = 0 inner bottom, 1 inner top, 2 outer bottom, 3 outer top.
+  for (uint32_t i = 0; i < n; ++i) {
+    const double a = 2.0 * M_PI * i / n, c = std::cos(a), s = std::sin(a);
+    for (double r : {r_in, r_out}) {
+      m.v.push_back({r * c, r * s, -h / 2});
+      m.v.push_back({r * c, r * s, h / 2});
+    }
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t j = (i + 1) % n;
+    const uint32_t ib = 4 * i, it = ib + 1, ob = ib + 2, ot = ib + 3;
+    const uint32_t jb = 4 * j, jt = jb + 1, pb = jb + 2, pt = jb + 3;
+    m.t.push_back({ob, pb, pt});  // outer wall, facing away from the axis
+    m.t.push_back({ob, pt, ot});
+    m.t.push_back({ib, jt, jb});  // hole wall, facing the axis
+    m.t.push_back({ib, it, jt});
+    m.t.push_back({it, ot, pt});  // top, facing +z
+    m.t.push_back({it, pt, jt});
+    m.t.push_back({ib, pb, ob});  // bottom, facing -z
+    m.t.push_back({ib, jb, pb});
+  }
+  return m;
+}
+
 /// A closed star-shaped blob: a UV sphere of radius r whose vertices are pushed radially by
 /// up to `roughness * r` (closed and outward-oriented by construction).
 inline RawMesh MakeBlob(std::mt19937& rng, double r, int rings, int sectors, double roughness) {

@@ -1,0 +1,106 @@
+// Classifying one pair of posed parts as an interference answer (DESIGN.md §5).
+//
+// ClassifyPair decides, in this order:
+//
+//  1. Crossing surfaces (FindIntersections, up to max_witness_pairs triangle pairs). The
+//     penetration depth is estimated as the largest distance, to the other part's surface, of
+//     a candidate point of one part that lies inside the other (closed) part (ContainsPoint,
+//     ClosestPoint). Each such distance is a lower bound of the translational penetration
+//     depth (moving the other part by less leaves that point inside), so the estimate never
+//     exceeds it. Candidates of part A, symmetric for B:
+//       - A's vertices inside B's bounding box (B's box taken into A's frame conservatively,
+//         the vertices found through A's hierarchy): a vertex pushed deep into B;
+//       - on every triangle of A in the collected pairs, the barycentric lattice
+//         (i, j, k) / 4 without the three vertices (12 points): two large coarse triangles
+//         crossing, as in two long boxes crossed like a '+' where no vertex of either is
+//         inside the other;
+//       - for every collected pair, points on A's triangle at distances L/2, L/4, ... (L its
+//         longest edge) from the middle of the intersection segment, perpendicular to it in the
+//         triangle's plane on both sides (towards the vertices when the segment is a point),
+//         down to τ/2 (a point at distance s from the segment is at most s deep, so nearer
+//         points cannot decide the class) and at most 20 of them: the neighbourhood of every
+//         crossing at every scale from the triangle's size down to τ, however the lattice falls.
+//     Each side is capped at max_depth_samples candidates by deterministic stride
+//     subsampling. depth > τ gives kHard, otherwise kContact (surfaces touching or crossing
+//     by at most τ, as tessellations of touching B-reps do). When a part is not closed, or
+//     max_depth_samples is 0, the depth cannot be estimated reliably: kHard with
+//     uncertain = true, and the depth from whichever side has a closed container (0 if none).
+//  2. Otherwise FindContainment: one part inside the other gives kContained, with depth_mm
+//     and distance_mm both the surface distance between them and its closest points.
+//  3. Otherwise Distance with the search bound max(1.25 τ, clearance): d <= τ is kContact,
+//     d < clearance is kClearance, anything else kClear.
+//
+// The answer is marked uncertain when the deciding value lies within 25 % of τ of τ
+// (|depth - τ| <= τ/4 for crossing surfaces, |d - τ| <= τ/4 otherwise): tessellation error
+// is of the order of τ, so such answers may flip on the real B-rep.
+//
+// Limits: the depth is an estimate from samples, never above the true penetration depth but
+// possibly below it. Lattice and segment samples come from the collected pairs only: when the
+// collection is truncated, crossings beyond max_witness_pairs contribute through vertices alone.
+//
+// Cost: steps 2 and 3 are the queries of query.h. Step 1 adds, for crossing pairs only, one
+// ClosestPoint per candidate inside the other part's box and one ContainsPoint per candidate
+// that would deepen the estimate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "clash/geom/part.h"
+#include "clash/geom/query.h"
+#include "clash/geom/transform.h"
+
+namespace clash::geom {
+
+/// The class of a pair of parts (DESIGN.md §5).
+enum class ClashClass : uint8_t {
+  kClear,      ///< Farther apart than the clearance and the contact tolerance.
+  kHard,       ///< The solids overlap by more than the contact tolerance.
+  kContact,    ///< The surfaces touch within the contact tolerance.
+  kClearance,  ///< No contact, but closer than the required clearance.
+  kContained,  ///< One part lies inside the other without the surfaces crossing.
+};
+
+/// Lower-case name of a class ("clear", "hard", "contact", "clearance", "contained").
+[[nodiscard]] const char* ClashClassName(ClashClass cls);
+
+/// Tolerances of one pair classification.
+struct PairTolerances {
+  double contact_mm = 0.0;  ///< τ: surfaces closer than this (or crossing by at most this) touch.
+  double clearance_mm =
+      0.0;  ///< Required clearance; 0: none. Distances in (τ, clearance) are kClearance.
+  std::size_t max_witness_pairs = 64;  ///< Intersecting triangle pairs collected.
+  std::size_t max_depth_samples =
+      4096;  ///< Cap on candidate points per side for the depth estimate.
+};
+
+/// The answer for one pair of parts.
+struct PairClassification {
+  ClashClass cls = ClashClass::kClear;  ///< The class.
+  /// Penetration depth estimate when the surfaces cross or one contains the other (for
+  /// kContained: the surface distance); 0 otherwise.
+  double depth_mm = 0.0;
+  /// Surface distance when the surfaces do not cross (0 when they do); +inf when farther than
+  /// the search bound max(1.25 τ, clearance).
+  double distance_mm = std::numeric_limits<double>::infinity();
+  /// Witness points (world): for crossing surfaces the deepest candidate point and its closest
+  /// point on the other surface (a point of an intersection segment on both when no depth was
+  /// found); the closest points otherwise (when within the search bound).
+  Vec3 p_WA = Vec3::Zero(), p_WB = Vec3::Zero();
+  uint32_t tri_a = 0, tri_b = 0;         ///< Triangles of the witnesses (for face ids).
+  std::size_t intersecting_pairs = 0;    ///< Intersecting triangle pairs collected.
+  bool intersections_truncated = false;  ///< More intersecting pairs exist than collected.
+  /// The deciding value lies within 25 % of τ of the threshold τ, or the depth could not be
+  /// estimated (open mesh).
+  bool uncertain = false;
+  Containment containment = Containment::kNone;  ///< Which part is inside (kContained only).
+};
+
+/// Classifies the pair of posed parts (a at X_WA, b at X_WB); see the top of this file.
+/// Swapping a and b gives the same class with the witnesses swapped.
+[[nodiscard]] PairClassification ClassifyPair(const Part& a, const RigidTransform& X_WA,
+                                              const Part& b, const RigidTransform& X_WB,
+                                              const PairTolerances& tol);
+
+}  // namespace clash::geom

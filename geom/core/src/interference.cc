@@ -1,0 +1,302 @@
+#include "clash/geom/interference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "clash/geom/obb.h"
+
+namespace clash::geom {
+namespace {
+
+// Answers within this fraction of τ of τ are marked uncertain (DESIGN.md §5).
+constexpr double kUncertainFraction = 0.25;
+// The distance search reaches this far beyond τ, so that the uncertain band above τ is seen.
+constexpr double kSearchBeyondContact = 1.0 + kUncertainFraction;
+// Barycentric lattice (i, j, k) / kLattice on each crossing triangle, vertices excluded.
+constexpr int kLattice = 4;
+// Points beside each intersection segment at L/2, L/4, ... while not below τ/2 (a point at
+// distance s from the segment is at most s deep, so nearer ones cannot decide the class), and
+// at most this many halvings.
+constexpr int kMaxHalvings = 20;
+// Segments shorter than this fraction of their triangle's longest edge count as points.
+constexpr double kPointSegmentRelative = 1e-9;
+
+// A point on a part's surface (part frame) with a triangle holding it.
+struct Candidate {
+  Vec3 p_P;
+  uint32_t tri;
+};
+
+// The deepest candidate of part P inside part Q.
+struct Deepest {
+  double depth = 0.0;
+  bool found = false;
+  Vec3 p_WP = Vec3::Zero();  // the candidate (on P)
+  Vec3 p_WQ = Vec3::Zero();  // its closest point on Q
+  uint32_t tri_p = 0, tri_q = 0;
+};
+
+// An intersection segment on triangle `tri` of P (P frame), crossing triangle `other`.
+struct Crossing {
+  uint32_t tri, other;
+  Vec3 p0, p1;
+};
+
+bool NodeOverlapsBox(const Part& part, const BvhNode& n, const Aabb& box) {
+  const Vec3 t = n.center - box.Center();
+  if (!n.IsObb()) return (t.cwiseAbs() - n.half - box.HalfExtents()).maxCoeff() <= 0.0;
+  return BoxesOverlap(box.HalfExtents(), n.half, part.NodeAxes(n), t);
+}
+
+// P's vertices inside `box` (P frame), each with the smallest-index triangle that holds it
+// among those of the leaves the box reaches; in vertex order.
+void VerticesInBox(const Part& part, const Aabb& box, std::vector<Candidate>* out) {
+  const auto& N = part.nodes();
+  const TriangleMesh& m = part.mesh();
+  std::vector<std::pair<uint32_t, uint32_t>> hits;  // (vertex, triangle)
+  std::vector<uint32_t> stack = {0};
+  while (!stack.empty()) {
+    const BvhNode& n = N[stack.back()];
+    stack.pop_back();
+    if (!NodeOverlapsBox(part, n, box)) continue;
+    if (!n.IsLeaf()) {
+      stack.push_back(n.index + 1);
+      stack.push_back(n.index);
+      continue;
+    }
+    for (uint32_t k = 0; k < n.Count(); ++k) {
+      const uint32_t tri = part.prims()[n.index + k];
+      for (uint32_t v : m.triangles()[tri]) {
+        if (box.Contains(m.vertices()[v])) hits.emplace_back(v, tri);
+      }
+    }
+  }
+  std::sort(hits.begin(), hits.end());
+  for (std::size_t i = 0; i < hits.size(); ++i) {
+    if (i > 0 && hits[i].first == hits[i - 1].first) continue;
+    out->push_back({m.vertices()[hits[i].first], hits[i].second});
+  }
+}
+
+// Lattice points of triangle `tri` of P, vertices excluded.
+void LatticePoints(const Part& part, uint32_t tri, std::vector<Candidate>* out) {
+  const Triangle t = part.mesh().triangle(tri);
+  for (int i = 0; i <= kLattice; ++i) {
+    for (int j = 0; i + j <= kLattice; ++j) {
+      const int k = kLattice - i - j;
+      if (i == kLattice || j == kLattice || k == kLattice) continue;
+      out->push_back({(i * t.a + j * t.b + k * t.c) / static_cast<double>(kLattice), tri});
+    }
+  }
+}
+
+// Points of the crossing's triangle beside its intersection segment, at distances from
+// half the triangle's longest edge down to `min_offset`.
+void PointsBesideCrossing(const Part& part, const Crossing& x, double min_offset,
+                          std::vector<Candidate>* out) {
+  const Triangle t = part.mesh().triangle(x.tri);
+  const double longest = std::sqrt(
+      std::max({(t.b - t.a).squaredNorm(), (t.c - t.b).squaredNorm(), (t.a - t.c).squaredNorm()}));
+  const Vec3 mid = 0.5 * (x.p0 + x.p1);
+  Vec3 dirs[3];
+  int n_dirs = 0;
+  const Vec3 along = x.p1 - x.p0;
+  const Vec3 across = t.RawNormal().cross(along);
+  if (along.norm() > kPointSegmentRelative * longest && across.norm() > 0.0) {
+    dirs[n_dirs++] = across.normalized();
+    dirs[n_dirs++] = -across.normalized();
+  } else {
+    for (int v = 0; v < 3; ++v) {
+      const Vec3 to = t[v] - mid;
+      if (to.norm() > 0.0) dirs[n_dirs++] = to.normalized();
+    }
+  }
+  for (int d = 0; d < n_dirs; ++d) {
+    double s = 0.5 * longest;
+    for (int k = 0; k < kMaxHalvings && (k == 0 || s >= min_offset); ++k, s *= 0.5) {
+      out->push_back({ClosestPointOnTriangle(mid + s * dirs[d], t), x.tri});
+    }
+  }
+}
+
+// The candidates of part P that may lie inside part Q (X_PQ: Q's pose in P), capped by stride.
+std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const RigidTransform& X_PQ,
+                                       const std::vector<Crossing>& crossings, double contact,
+                                       std::size_t cap) {
+  std::vector<Candidate> all;
+  if (cap == 0) return all;
+  // Arvo's box is exact up to rounding: grow it by far more than that.
+  Aabb box_q = q.bounds().Transformed(X_PQ);
+  const double magnitude =
+      std::max(box_q.min.cwiseAbs().maxCoeff(), box_q.max.cwiseAbs().maxCoeff());
+  box_q = box_q.Inflated(1e-9 * (box_q.Diagonal() + magnitude) + 1e-12);
+  VerticesInBox(p, box_q, &all);
+  std::vector<uint32_t> tris;
+  for (const Crossing& x : crossings) tris.push_back(x.tri);
+  std::sort(tris.begin(), tris.end());
+  tris.erase(std::unique(tris.begin(), tris.end()), tris.end());
+  for (uint32_t tri : tris) LatticePoints(p, tri, &all);
+  for (const Crossing& x : crossings) PointsBesideCrossing(p, x, 0.5 * contact, &all);
+  if (all.size() <= cap) return all;
+  std::vector<Candidate> kept(cap);
+  for (std::size_t i = 0; i < cap; ++i) kept[i] = all[i * all.size() / cap];
+  return kept;
+}
+
+// Whether x is before y lexicographically (a tie-break that does not depend on argument order).
+bool LexLess(const Vec3& x, const Vec3& y) {
+  return std::lexicographical_compare(x.data(), x.data() + 3, y.data(), y.data() + 3);
+}
+
+// The deepest candidate of P inside Q; equal depths go to the lexicographically smallest point
+// (world), so the answer does not depend on the order of the candidates. A candidate's closest
+// point on Q is found first: it is tested for containment only when it would be chosen.
+Deepest DeepestInside(const std::vector<Candidate>& candidates, const RigidTransform& X_WP,
+                      const Part& q, const RigidTransform& X_WQ) {
+  Deepest best;
+  const RigidTransform X_QP = X_WQ.Inverse() * X_WP;
+  for (const Candidate& c : candidates) {
+    const Vec3 p_QC = X_QP * c.p_P;
+    if (!q.bounds().Contains(p_QC)) continue;
+    const PointDistanceResult d = ClosestPoint(q, p_QC);
+    const Vec3 p_WC = X_WP * c.p_P;
+    const bool deeper = d.distance > best.depth ||
+                        (best.found && d.distance == best.depth && LexLess(p_WC, best.p_WP));
+    if (!deeper || !ContainsPoint(q, p_QC)) continue;
+    best.depth = d.distance;
+    best.found = true;
+    best.p_WP = p_WC;
+    best.p_WQ = X_WQ * d.p_PC;
+    best.tri_p = c.tri;
+    best.tri_q = d.triangle;
+  }
+  return best;
+}
+
+bool NearContact(double value, double contact) {
+  return std::abs(value - contact) <= kUncertainFraction * contact;
+}
+
+}  // namespace
+
+const char* ClashClassName(ClashClass cls) {
+  switch (cls) {
+    case ClashClass::kClear:
+      return "clear";
+    case ClashClass::kHard:
+      return "hard";
+    case ClashClass::kContact:
+      return "contact";
+    case ClashClass::kClearance:
+      return "clearance";
+    case ClashClass::kContained:
+      return "contained";
+  }
+  return "unknown";
+}
+
+PairClassification ClassifyPair(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                const RigidTransform& X_WB, const PairTolerances& tol) {
+  PairClassification r;
+  const double contact = std::max(0.0, tol.contact_mm);
+  const double clearance = std::max(0.0, tol.clearance_mm);
+
+  // 1. Crossing surfaces: estimate the depth from both sides.
+  const IntersectionResult x = FindIntersections(a, X_WA, b, X_WB, tol.max_witness_pairs);
+  if (!x.pairs.empty() || x.truncated) {
+    r.distance_mm = 0.0;
+    r.intersecting_pairs = x.pairs.size();
+    r.intersections_truncated = x.truncated;
+    const RigidTransform X_AW = X_WA.Inverse(), X_BW = X_WB.Inverse();
+    std::vector<Crossing> on_a, on_b;
+    for (const TrianglePairHit& h : x.pairs) {
+      on_a.push_back({h.tri_a, h.tri_b, X_AW * h.p0_W, X_AW * h.p1_W});
+      on_b.push_back({h.tri_b, h.tri_a, X_BW * h.p0_W, X_BW * h.p1_W});
+    }
+    // Pairs come in (tri_a, tri_b) order; b's side is put in its own triangle order, so that
+    // swapping the arguments makes the same candidates.
+    auto by_triangles = [](const Crossing& u, const Crossing& v) {
+      return u.tri != v.tri ? u.tri < v.tri : u.other < v.other;
+    };
+    std::sort(on_b.begin(), on_b.end(), by_triangles);
+    const bool a_closed = a.mesh().IsClosed(), b_closed = b.mesh().IsClosed();
+    Deepest in_b, in_a;  // candidates of a inside b, of b inside a
+    if (b_closed) {
+      in_b = DeepestInside(DepthCandidates(a, b, X_AW * X_WB, on_a, contact, tol.max_depth_samples),
+                           X_WA, b, X_WB);
+    }
+    if (a_closed) {
+      in_a = DeepestInside(DepthCandidates(b, a, X_BW * X_WA, on_b, contact, tol.max_depth_samples),
+                           X_WB, a, X_WA);
+    }
+    // The deeper side gives the witnesses; equal depths are decided by the deepest point's
+    // position, which does not depend on the order of the arguments.
+    auto deeper = [](const Deepest& u, const Deepest& v) {
+      return u.found &&
+             (!v.found || u.depth > v.depth || (u.depth == v.depth && LexLess(u.p_WP, v.p_WP)));
+    };
+    if (deeper(in_b, in_a)) {
+      r.depth_mm = in_b.depth;
+      r.p_WA = in_b.p_WP;
+      r.p_WB = in_b.p_WQ;
+      r.tri_a = in_b.tri_p;
+      r.tri_b = in_b.tri_q;
+    } else if (in_a.found) {
+      r.depth_mm = in_a.depth;
+      r.p_WA = in_a.p_WQ;
+      r.p_WB = in_a.p_WP;
+      r.tri_a = in_a.tri_q;
+      r.tri_b = in_a.tri_p;
+    } else if (!x.pairs.empty()) {
+      r.p_WA = r.p_WB = x.pairs[0].p0_W;
+      r.tri_a = x.pairs[0].tri_a;
+      r.tri_b = x.pairs[0].tri_b;
+    }
+    if (!a_closed || !b_closed || tol.max_depth_samples == 0) {
+      r.cls = ClashClass::kHard;
+      r.uncertain = true;
+    } else {
+      r.cls = r.depth_mm > contact ? ClashClass::kHard : ClashClass::kContact;
+      r.uncertain = NearContact(r.depth_mm, contact);
+    }
+    return r;
+  }
+
+  // 2. One part inside the other.
+  r.containment = FindContainment(a, X_WA, b, X_WB);
+  if (r.containment != Containment::kNone) {
+    const DistanceResult d = Distance(a, X_WA, b, X_WB);
+    r.cls = ClashClass::kContained;
+    r.depth_mm = r.distance_mm = d.distance;
+    r.p_WA = d.p_WA;
+    r.p_WB = d.p_WB;
+    r.tri_a = d.tri_a;
+    r.tri_b = d.tri_b;
+    return r;
+  }
+
+  // 3. Apart: the distance decides. The walk prunes node pairs whose bound equals its
+  // upper bound, so it searches a hair beyond the bound.
+  const double bound = std::max(kSearchBeyondContact * contact, clearance);
+  const DistanceResult d = Distance(a, X_WA, b, X_WB, bound + 1e-9 * (1.0 + bound));
+  if (d.distance <= bound) {
+    r.distance_mm = d.distance;
+    r.p_WA = d.p_WA;
+    r.p_WB = d.p_WB;
+    r.tri_a = d.tri_a;
+    r.tri_b = d.tri_b;
+    r.uncertain = NearContact(d.distance, contact);
+  }
+  if (r.distance_mm <= contact) {
+    r.cls = ClashClass::kContact;
+  } else if (r.distance_mm < clearance) {
+    r.cls = ClashClass::kClearance;
+  } else {
+    r.cls = ClashClass::kClear;
+  }
+  return r;
+}
+
+}  // namespace clash::geom

@@ -1,0 +1,347 @@
+#include "clash/geom/interference.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "testing/brute_force.h"
+#include "testing/random_geometry.h"
+
+namespace clash::geom {
+namespace {
+
+using testing::AxisAngle;
+using testing::BruteDistance;
+using testing::MakeBlob;
+using testing::MakeBox;
+using testing::MakeCylinder;
+using testing::MakeTube;
+using testing::RandomPoint;
+using testing::RandomPose;
+using testing::RandomRotation;
+using testing::RawMesh;
+using testing::SeededRng;
+using testing::Uniform;
+
+using PartPtr = std::shared_ptr<const Part>;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Depths and distances of the hand-built cases are exact up to the rounding of coordinates of
+// size ~100 moved by one pose (~1e-14); 1e-9 leaves room for the rigid motions below.
+constexpr double kExact = 1e-9;
+// Witness points on a surface: ClosestPointOnTriangle of a posed point, rounding only.
+constexpr double kOnSurface = 1e-8;
+
+RigidTransform At(const Vec3& t) { return RigidTransform::Translation(t); }
+
+PairTolerances Tol(double contact, double clearance = 0.0) {
+  PairTolerances t;
+  t.contact_mm = contact;
+  t.clearance_mm = clearance;
+  return t;
+}
+
+// Distance from a world point to a posed part's surface (over all triangles).
+double SurfaceDistance(const Part& p, const RigidTransform& X_WP, const Vec3& p_W) {
+  return testing::BruteClosestPoint(p.mesh(), X_WP.Inverse() * p_W).first;
+}
+
+Containment Swapped(Containment c) {
+  switch (c) {
+    case Containment::kAInsideB:
+      return Containment::kBInsideA;
+    case Containment::kBInsideA:
+      return Containment::kAInsideB;
+    case Containment::kNone:
+      return Containment::kNone;
+  }
+  return c;
+}
+
+void ExpectNearOrBothInf(double got, double want, double tol, const char* what) {
+  if (std::isinf(want)) {
+    EXPECT_EQ(got, want) << what;
+  } else {
+    EXPECT_NEAR(got, want, tol) << what;
+  }
+}
+
+// Witnesses that are meaningful: on their surfaces (world), apart by the depth (crossing,
+// when a depth was found) or by the distance (apart or contained, when within the bound).
+void ExpectWitnessesValid(const Part& a, const RigidTransform& X_WA, const Part& b,
+                          const RigidTransform& X_WB, const PairClassification& r) {
+  const bool crossing = r.intersecting_pairs > 0 || r.intersections_truncated;
+  const double gap = crossing ? r.depth_mm : r.distance_mm;
+  if (std::isinf(gap)) return;
+  EXPECT_LT(SurfaceDistance(a, X_WA, r.p_WA), kOnSurface);
+  EXPECT_LT(SurfaceDistance(b, X_WB, r.p_WB), kOnSurface);
+  EXPECT_NEAR((r.p_WA - r.p_WB).norm(), gap, kExact);
+  const Vec3 p_A = X_WA.Inverse() * r.p_WA, p_B = X_WB.Inverse() * r.p_WB;
+  EXPECT_LT((ClosestPointOnTriangle(p_A, a.mesh().triangle(r.tri_a)) - p_A).norm(), kOnSurface);
+  EXPECT_LT((ClosestPointOnTriangle(p_B, b.mesh().triangle(r.tri_b)) - p_B).norm(), kOnSurface);
+  // The deeper witness lies inside the other solid (unless it lies on its surface).
+  if (crossing && r.depth_mm > kOnSurface) {
+    EXPECT_TRUE(ContainsPoint(b, X_WB.Inverse() * r.p_WA) ||
+                ContainsPoint(a, X_WA.Inverse() * r.p_WB));
+  }
+}
+
+// The answer for (a, b) again after one rigid motion of both, and with a and b swapped: the
+// same class, flags and values; witnesses moved along or swapped when `unique_witness` (where
+// the nearest or deepest point is not unique, any valid pair of witnesses will do).
+void ExpectInvariant(const Part& a, const RigidTransform& X_WA, const Part& b,
+                     const RigidTransform& X_WB, const PairTolerances& tol,
+                     const PairClassification& r, bool unique_witness, std::mt19937& rng) {
+  ExpectWitnessesValid(a, X_WA, b, X_WB, r);
+  const RigidTransform M = RandomPose(rng, 200);
+  const PairClassification m = ClassifyPair(a, M * X_WA, b, M * X_WB, tol);
+  EXPECT_EQ(m.cls, r.cls) << "moved";
+  EXPECT_EQ(m.uncertain, r.uncertain) << "moved";
+  EXPECT_EQ(m.containment, r.containment) << "moved";
+  EXPECT_NEAR(m.depth_mm, r.depth_mm, kExact) << "moved";
+  ExpectNearOrBothInf(m.distance_mm, r.distance_mm, kExact, "moved distance");
+  ExpectWitnessesValid(a, M * X_WA, b, M * X_WB, m);
+  const PairClassification s = ClassifyPair(b, X_WB, a, X_WA, tol);
+  EXPECT_EQ(s.cls, r.cls) << "swapped";
+  EXPECT_EQ(s.uncertain, r.uncertain) << "swapped";
+  EXPECT_EQ(s.containment, Swapped(r.containment)) << "swapped";
+  EXPECT_NEAR(s.depth_mm, r.depth_mm, kExact) << "swapped";
+  ExpectNearOrBothInf(s.distance_mm, r.distance_mm, kExact, "swapped distance");
+  ExpectWitnessesValid(b, X_WB, a, X_WA, s);
+  if (unique_witness) {
+    EXPECT_LT((m.p_WA - M * r.p_WA).norm(), 1e-6) << "moved witness";
+    EXPECT_LT((m.p_WB - M * r.p_WB).norm(), 1e-6) << "moved witness";
+    EXPECT_LT((s.p_WA - r.p_WB).norm(), kExact) << "swapped witness";
+    EXPECT_LT((s.p_WB - r.p_WA).norm(), kExact) << "swapped witness";
+    EXPECT_EQ(s.tri_a, r.tri_b);
+    EXPECT_EQ(s.tri_b, r.tri_a);
+  }
+}
+
+struct Case {
+  std::string name;
+  PartPtr a;
+  RigidTransform X_WA;
+  PartPtr b;
+  RigidTransform X_WB;
+  PairTolerances tol;
+  ClashClass cls;
+  double value;         // depth (crossing or contained) or distance (apart)
+  double value_tol;     // how close the value must be
+  bool uncertain;       // expected flag
+  bool unique_witness;  // the deepest or nearest point is unique
+};
+
+TEST(ClassifyPair, KnownCases) {
+  const PartPtr cube = MakeBox(Vec3(10, 10, 10)).Part();  // 20 mm cube
+  const PartPtr bar = MakeBox(Vec3(5, 3, 3)).Part();      // 10 x 6 x 6
+  const PartPtr small = MakeBox(Vec3(1, 1.5, 2)).Part();
+  const PartPtr long_x = MakeBox(Vec3(50, 5, 5)).Part();
+  const PartPtr long_y = MakeBox(Vec3(5, 50, 5)).Part();
+  // The bar's -x face at x = 10 + gap (its centre 5 mm beyond that).
+  auto bar_at_gap = [](double gap) { return At(Vec3(15 + gap, 1, -0.5)); };
+  // The bar turned so that one corner leads, that corner 1.5 mm inside the cube's +x face.
+  RigidTransform X_corner{AxisAngle(0.5, Vec3(0, 1, 1)), Vec3::Zero()};
+  double lead = kInf;
+  for (const Vec3& v : MakeBox(Vec3(5, 3, 3)).v) lead = std::min(lead, (X_corner * v).x());
+  X_corner.t = Vec3(8.5 - lead, 0.7, -1.1);
+  const RigidTransform X_small{AxisAngle(0.3, Vec3(1, 2, 3)), Vec3(2, -1, 0.5)};
+  const double small_gap = BruteDistance(*small, X_small, *cube, {});
+
+  // A faceted pin in a faceted hole of the same nominal radius r: both polygons have their
+  // vertices on r, so each is inside the true circle by its chordal deflection δ. Turned by half
+  // a segment against each other, every vertex of the pin crosses a facet of the hole by δ.
+  constexpr double kR = 10.0;
+  constexpr int kSegments = 32;
+  const double deflection = kR * (1.0 - std::cos(M_PI / kSegments));
+  const PartPtr pin = MakeCylinder(kR, 30, kSegments).Part();
+  const PartPtr hole = MakeTube(kR, 25, 20, kSegments).Part();
+  const PartPtr hole_turned = MakeTube(kR, 25, 20, kSegments)
+                                  .Transformed({AxisAngle(M_PI / kSegments, Vec3::UnitZ()), {}})
+                                  .Part();
+  ASSERT_TRUE(hole->mesh().IsClosed());
+  ASSERT_TRUE(pin->mesh().IsClosed());
+  const PairTolerances pin_tol = Tol(2 * deflection);
+
+  RawMesh open_raw = MakeBox(Vec3(10, 10, 10));
+  open_raw.t.pop_back();
+  const PartPtr open_cube = open_raw.Part();
+  ASSERT_FALSE(open_cube->mesh().IsClosed());
+
+  const RigidTransform I = RigidTransform::Identity();
+  const std::vector<Case> cases = {
+      {"face to face", cube, I, cube, At(Vec3(20, 3, -4)), Tol(0.1), ClashClass::kContact, 0.0,
+       kExact, false, false},
+      {"overlapping by 2 mm", cube, I, bar, bar_at_gap(-2), Tol(0.1), ClashClass::kHard, 2.0,
+       kExact, false, false},
+      {"corner pushed 1.5 mm in", cube, I, bar, X_corner, Tol(0.1), ClashClass::kHard, 1.5, kExact,
+       false, true},
+      {"crossed like a plus", long_x, I, long_y, At(Vec3(12.3, -7.1, 4)), Tol(0.1),
+       ClashClass::kHard, 4.5, 1.5, false, false},
+      {"small inside big", small, X_small, cube, I, Tol(0.1), ClashClass::kContained, small_gap,
+       kExact, false, true},
+      {"gap 0.5, clearance 1", cube, I, bar, bar_at_gap(0.5), Tol(0.1, 1.0), ClashClass::kClearance,
+       0.5, kExact, false, false},
+      {"gap 2, clearance 1", cube, I, bar, bar_at_gap(2), Tol(0.1, 1.0), ClashClass::kClear, kInf,
+       0, false, false},
+      {"gap 0.05, contact 0.1", cube, I, bar, bar_at_gap(0.05), Tol(0.1), ClashClass::kContact,
+       0.05, kExact, false, false},
+      {"gap 0.11, contact 0.1: uncertain", cube, I, bar, bar_at_gap(0.11), Tol(0.1),
+       ClashClass::kClear, 0.11, kExact, true, false},
+      {"gap 0.09, contact 0.1: uncertain", cube, I, bar, bar_at_gap(0.09), Tol(0.1),
+       ClashClass::kContact, 0.09, kExact, true, false},
+      {"overlap 0.11, contact 0.1: uncertain", cube, I, bar, bar_at_gap(-0.11), Tol(0.1),
+       ClashClass::kHard, 0.11, kExact, true, false},
+      {"overlap 0.5, contact 0.1", cube, I, bar, bar_at_gap(-0.5), Tol(0.1), ClashClass::kHard, 0.5,
+       kExact, false, false},
+      // Depth δ: each pin vertex crosses a hole facet by δ (τ = 2δ).
+      {"pin in hole, facets turned", pin, I, hole_turned, I, pin_tol, ClashClass::kContact,
+       deflection, kExact, false, false},
+      {"pin in hole, facets aligned", pin, I, hole, I, pin_tol, ClashClass::kContact, 0.0, kExact,
+       false, false},
+      {"pin pushed 1 mm into the wall", pin, At(Vec3(1, 0, 0)), hole_turned, I, pin_tol,
+       ClashClass::kHard, 1.0, 2 * deflection, false, false},
+      // Only the closed bar can hold points of the other part: the depth comes from that side.
+      {"open mesh crossing", open_cube, I, bar, bar_at_gap(-2), Tol(0.1), ClashClass::kHard, 1.0,
+       1.0 + kExact, true, false},
+  };
+  auto rng = SeededRng(301);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const PairClassification r = ClassifyPair(*c.a, c.X_WA, *c.b, c.X_WB, c.tol);
+    EXPECT_EQ(r.cls, c.cls) << ClashClassName(r.cls) << " depth " << r.depth_mm << " distance "
+                            << r.distance_mm;
+    EXPECT_EQ(r.uncertain, c.uncertain);
+    const bool crossing = r.intersecting_pairs > 0 || r.intersections_truncated;
+    switch (c.cls) {
+      case ClashClass::kHard:
+        EXPECT_TRUE(crossing);
+        EXPECT_NEAR(r.depth_mm, c.value, c.value_tol);
+        EXPECT_EQ(r.distance_mm, 0.0);
+        break;
+      case ClashClass::kContained:
+        EXPECT_FALSE(crossing);
+        EXPECT_NEAR(r.depth_mm, c.value, c.value_tol);
+        EXPECT_EQ(r.distance_mm, r.depth_mm);
+        EXPECT_NE(r.containment, Containment::kNone);
+        break;
+      default:
+        if (crossing) {
+          EXPECT_NEAR(r.depth_mm, c.value, c.value_tol);
+        } else {
+          ExpectNearOrBothInf(r.distance_mm, c.value, c.value_tol, "distance");
+          EXPECT_EQ(r.depth_mm, 0.0);
+        }
+        EXPECT_EQ(r.containment, Containment::kNone);
+    }
+    ExpectInvariant(*c.a, c.X_WA, *c.b, c.X_WB, c.tol, r, c.unique_witness, rng);
+  }
+  EXPECT_EQ(ClassifyPair(*small, X_small, *cube, {}, Tol(0.1)).containment, Containment::kAInsideB);
+}
+
+// Two long boxes crossed like a '+': no vertex of either lies inside the other, so only the
+// points sampled on the crossing triangles can show the depth.
+TEST(ClassifyPair, CrossingWithoutVerticesInside) {
+  const RawMesh rx = MakeBox(Vec3(50, 5, 5)), ry = MakeBox(Vec3(5, 50, 5));
+  const PartPtr long_x = rx.Part(), long_y = ry.Part();
+  auto rng = SeededRng(302);
+  for (int i = 0; i < testing::Trials(40, 10); ++i) {
+    const Vec3 offset(Uniform(rng, -40, 40), Uniform(rng, -40, 40), Uniform(rng, -7, 7));
+    const RigidTransform X_WB = At(offset);
+    for (const Vec3& v : rx.v) ASSERT_FALSE(ContainsPoint(*long_y, X_WB.Inverse() * v));
+    for (const Vec3& v : ry.v) ASSERT_FALSE(ContainsPoint(*long_x, X_WB * v));
+    // The translational penetration depth: the overlap along z (x and y cannot separate them).
+    const double overlap_z = 10 - std::abs(offset.z());
+    const PairClassification r = ClassifyPair(*long_x, {}, *long_y, X_WB, Tol(0.1));
+    SCOPED_TRACE(::testing::Message() << "offset " << offset.transpose());
+    EXPECT_EQ(r.cls, ClashClass::kHard);
+    EXPECT_LE(r.depth_mm, overlap_z + kExact);
+    // The overlap is a box of 10 x 10 x overlap_z: its centre is at least min(5, overlap_z / 2)
+    // from both surfaces, and the samples beside the crossings get within a quarter of that.
+    EXPECT_GE(r.depth_mm, 0.75 * std::min(5.0, overlap_z / 2)) << "depth " << r.depth_mm;
+  }
+}
+
+// Against the primitive queries on random pairs of blobs: crossing surfaces are hard or
+// contact, containment is contained, and otherwise the brute-force distance decides.
+TEST(ClassifyPair, AgreesWithPrimitiveQueries) {
+  auto rng = SeededRng(303);
+  int counts[5] = {0, 0, 0, 0, 0};
+  const int trials = testing::Trials(150, 15);
+  for (int i = 0; i < trials; ++i) {
+    const PartPtr a = MakeBlob(rng, 8, 10, 14, 0.25).Part();
+    const PartPtr b = MakeBlob(rng, Uniform(rng, 1, 6), 9, 12, 0.3).Part();
+    const RigidTransform X_WA = RandomPose(rng, 50);
+    // One pair in three close together, so that containment occurs.
+    const double spread = i % 3 == 0 ? 3 : 14;
+    const RigidTransform X_WB =
+        X_WA * RigidTransform{RandomRotation(rng), RandomPoint(rng, spread)};
+    const PairTolerances tol = Tol(Uniform(rng, 0, 0.5), Uniform(rng, 0, 6));
+    const PairClassification r = ClassifyPair(*a, X_WA, *b, X_WB, tol);
+    SCOPED_TRACE(::testing::Message() << "trial " << i << ": " << ClashClassName(r.cls));
+    ++counts[static_cast<int>(r.cls)];
+    if (SurfacesIntersect(*a, X_WA, *b, X_WB)) {
+      EXPECT_TRUE(r.cls == ClashClass::kHard || r.cls == ClashClass::kContact);
+      EXPECT_EQ(r.cls == ClashClass::kHard, r.depth_mm > tol.contact_mm);
+      EXPECT_GT(r.intersecting_pairs, 0u);
+      EXPECT_EQ(r.distance_mm, 0.0);
+    } else if (FindContainment(*a, X_WA, *b, X_WB) != Containment::kNone) {
+      EXPECT_EQ(r.cls, ClashClass::kContained);
+      EXPECT_NEAR(r.distance_mm, BruteDistance(*a, X_WA, *b, X_WB), kExact);
+    } else {
+      const double d = BruteDistance(*a, X_WA, *b, X_WB);
+      const ClashClass want = d <= tol.contact_mm    ? ClashClass::kContact
+                              : d < tol.clearance_mm ? ClashClass::kClearance
+                                                     : ClashClass::kClear;
+      EXPECT_EQ(r.cls, want) << "distance " << d;
+      if (d <= std::max(1.25 * tol.contact_mm, tol.clearance_mm)) {
+        EXPECT_NEAR(r.distance_mm, d, kExact);
+      }
+      EXPECT_EQ(r.uncertain, std::abs(d - tol.contact_mm) <= 0.25 * tol.contact_mm);
+    }
+    ExpectInvariant(*a, X_WA, *b, X_WB, tol, r, false, rng);
+  }
+  for (int k = 0; k < 5; ++k) {
+    RecordProperty(ClashClassName(static_cast<ClashClass>(k)), counts[k]);
+  }
+  // Every class but kContact (a touch within τ is rare at random) must occur often enough.
+  for (ClashClass c :
+       {ClashClass::kClear, ClashClass::kHard, ClashClass::kClearance, ClashClass::kContained}) {
+    EXPECT_GT(counts[static_cast<int>(c)], trials / 20) << ClashClassName(c);
+  }
+}
+
+TEST(ClassifyPair, CapsAndLimits) {
+  const PartPtr cube = MakeBox(Vec3(10, 10, 10)).Part();
+  const PartPtr bar = MakeBox(Vec3(5, 3, 3)).Part();
+  const RigidTransform X_WB = At(Vec3(13, 1, -0.5));  // 2 mm deep
+  PairTolerances tol = Tol(0.1);
+  tol.max_witness_pairs = 1;
+  PairClassification r = ClassifyPair(*cube, {}, *bar, X_WB, tol);
+  EXPECT_EQ(r.intersecting_pairs, 1u);
+  EXPECT_TRUE(r.intersections_truncated);
+  EXPECT_EQ(r.cls, ClashClass::kHard);
+  EXPECT_NEAR(r.depth_mm, 2.0, kExact);  // the bar's vertices inside the cube decide
+  tol.max_witness_pairs = 0;  // crossing known, no pairs collected: the vertices still decide
+  r = ClassifyPair(*cube, {}, *bar, X_WB, tol);
+  EXPECT_EQ(r.intersecting_pairs, 0u);
+  EXPECT_TRUE(r.intersections_truncated);
+  EXPECT_NEAR(r.depth_mm, 2.0, kExact);
+  tol.max_depth_samples = 1;  // one candidate per side, chosen by stride
+  r = ClassifyPair(*cube, {}, *bar, X_WB, tol);
+  EXPECT_LE(r.depth_mm, 2.0 + kExact);
+  tol.max_depth_samples = 0;  // no estimate: hard, uncertain
+  r = ClassifyPair(*cube, {}, *bar, X_WB, tol);
+  EXPECT_EQ(r.cls, ClashClass::kHard);
+  EXPECT_TRUE(r.uncertain);
+  EXPECT_EQ(r.depth_mm, 0.0);
+  EXPECT_STREQ(ClashClassName(ClashClass::kClearance), "clearance");
+}
+
+}  // namespace
+}  // namespace clash::geom
