@@ -194,9 +194,10 @@ TEST(DynamicAabbTree, RandomOperationsAgreeWithBruteForce) {
     if (op % 150 == 0) pairs += oracle.CheckPairs();
     if (::testing::Test::HasFailure()) FAIL() << "op " << op;
   }
-  // The generators must keep the checks meaningful: some queries find nothing, most find
-  // something, and small moves mostly stay inside their fat boxes.
-  EXPECT_GT(query_hits, queries / 2);
+  // The generators must keep the checks meaningful: some queries find nothing, many find
+  // something (fewer while the tree is still filling up), and small moves mostly stay inside
+  // their fat boxes.
+  EXPECT_GT(query_hits, queries / 3);
   EXPECT_LT(query_hits, queries);
   EXPECT_GT(ray_hits, rays / 10);
   EXPECT_LT(ray_hits, rays * 9 / 10);

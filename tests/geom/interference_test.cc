@@ -272,7 +272,7 @@ TEST(ClassifyPair, CrossingWithoutVerticesInside) {
 TEST(ClassifyPair, AgreesWithPrimitiveQueries) {
   auto rng = SeededRng(303);
   int counts[5] = {0, 0, 0, 0, 0};
-  const int trials = testing::Trials(150, 40);
+  const int trials = testing::Trials(150, 15);
   for (int i = 0; i < trials; ++i) {
     const PartPtr a = MakeBlob(rng, 8, 10, 14, 0.25).Part();
     const PartPtr b = MakeBlob(rng, Uniform(rng, 1, 6), 9, 12, 0.3).Part();
