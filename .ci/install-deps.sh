@@ -20,6 +20,7 @@ PACKAGES=(
   libssl-dev
   # service
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libcli11-dev nlohmann-json3-dev
 )
 
 missing=()
