@@ -473,12 +473,13 @@ TEST_F(ClashctlCli, MoveKeepsTheStoredRotationWhenOnlyATranslationIsGiven) {
   stored.mutable_pose()->mutable_translation_mm()->set_x(100);
   record_.instances = {stored};
 
-  Result r = Cli({"move", "s42", "7", "--at", "1,2,3"});
+  // A negative first value is taken as the option's value, not as an option.
+  Result r = Cli({"move", "s42", "7", "--at", "-1,2,3"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_EQ(r.out, "moved instance 7; scene version 6\n");
   ASSERT_EQ(record_.poses.poses_size(), 1);
   v1::Pose sent = record_.poses.poses(0).pose();
-  EXPECT_EQ(sent.translation_mm().x(), 1.0);
+  EXPECT_EQ(sent.translation_mm().x(), -1.0);
   EXPECT_EQ(sent.quaternion().x(), 0.8);
 
   r = Cli({"move", "s42", "7", "--quat", "1,0,0,0"});

@@ -28,7 +28,7 @@ constexpr char kFooter[] =
   path:PREFIX (the path itself or anything below it); 'all' or nothing = every enabled instance.
 Poses: --at x,y,z in mm; --rot-deg rx,ry,rz in DEGREES about the fixed X, then Y, then Z axes
   (R = Rz*Ry*Rx), converted to the quaternion the wire carries (radians there); --quat w,x,y,z is
-  normalised. A negative first value needs '=': --at=-5,0,0.
+  normalised. Negative values need no quoting: --at -5,0,0.
 Output: tables on stdout; --json prints the API message(s) as JSON instead (proto field names);
   -q prints only ids of what was created or listed (the distance for 'distance'), nothing else.
 Exit codes:
