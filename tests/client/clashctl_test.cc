@@ -1,0 +1,614 @@
+// clashctl's parsers and formatters (client/src/clashctl/args.h, format.h), without a server.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "clashctl/args.h"
+#include "clashctl/format.h"
+#include "testing/status_matchers.h"
+
+namespace clash::clashctl {
+namespace {
+
+using ::clash::testing::IsOk;
+using ::clash::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+// Quaternion arithmetic is exact to a few ulps of 1; 1e-12 leaves room for the trigonometry.
+constexpr double kRotationTolerance = 1e-12;
+
+using Vec = std::array<double, 3>;
+
+// v rotated by the unit quaternion q (v' = q v q*).
+Vec Rotate(const v1::Quaternion& q, const Vec& v) {
+  const Vec u{q.x(), q.y(), q.z()};
+  const auto cross = [](const Vec& a, const Vec& b) {
+    return Vec{a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+  };
+  Vec t = cross(u, v);
+  for (double& x : t) x *= 2;
+  const Vec ut = cross(u, t);
+  return {v[0] + q.w() * t[0] + ut[0], v[1] + q.w() * t[1] + ut[1], v[2] + q.w() * t[2] + ut[2]};
+}
+
+using Mat = std::array<std::array<double, 3>, 3>;
+
+Mat Multiply(const Mat& a, const Mat& b) {
+  Mat m{};
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 3; ++k) m[i][j] += a[i][k] * b[k][j];
+    }
+  }
+  return m;
+}
+
+// The elementary rotation about `axis` by `deg` degrees, as a matrix.
+Mat AxisMatrix(int axis, double deg) {
+  const double r = deg * M_PI / 180.0;
+  const double c = std::cos(r);
+  const double s = std::sin(r);
+  if (axis == 0) return Mat{{{1, 0, 0}, {0, c, -s}, {0, s, c}}};
+  if (axis == 1) return Mat{{{c, 0, s}, {0, 1, 0}, {-s, 0, c}}};
+  return Mat{{{c, -s, 0}, {s, c, 0}, {0, 0, 1}}};
+}
+
+void ExpectVecNear(const Vec& actual, const Vec& expected) {
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(actual[i], expected[i], kRotationTolerance) << "component " << i;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Selectors
+
+TEST(ParseSelector, EmptyAndAllChooseEverything) {
+  for (const char* text : {"", "all", "  all ", " "}) {
+    absl::StatusOr<v1::InstanceSelector> s = ParseSelector(text);
+    ASSERT_THAT(s, IsOk()) << text;
+    EXPECT_EQ(s->ByteSizeLong(), 0u) << "'" << text << "' should give an empty selector";
+  }
+}
+
+TEST(ParseSelector, IdsGroupsAndPathPrefixes) {
+  absl::StatusOr<v1::InstanceSelector> s =
+      ParseSelector(" 1, 22 ,group:bolts,path:as1/nut-bolt-assembly:2,18446744073709551615");
+  ASSERT_THAT(s, IsOk());
+  EXPECT_THAT(s->instance_ids(), ElementsAre(1u, 22u, 18446744073709551615u));
+  EXPECT_THAT(s->groups(), ElementsAre("bolts"));
+  EXPECT_THAT(s->path_prefixes(), ElementsAre("as1/nut-bolt-assembly:2"));
+}
+
+TEST(ParseSelector, RejectsBadItems) {
+  const struct {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {"abc", "'abc' is not an instance id, group:NAME, path:PREFIX or all"},
+      {"-1", "'-1' is not an instance id"},
+      {"1.5", "'1.5' is not an instance id"},
+      {"0x10", "'0x10' is not an instance id"},
+      {"18446744073709551616", "not an instance id (a number up to 2^64-1)"},
+      {"1,,2", "empty item"},
+      {"1,", "empty item"},
+      {"group:", "names no group"},
+      {"path:", "names no path prefix"},
+      {"all,3", "'all' cannot be combined"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_THAT(ParseSelector(c.text), StatusIs(absl::StatusCode::kInvalidArgument, c.message))
+        << c.text;
+  }
+}
+
+TEST(ParseInstanceId, AcceptsOnlyUnsignedDecimals) {
+  EXPECT_EQ(*ParseInstanceId("0"), 0u);
+  EXPECT_EQ(*ParseInstanceId("42"), 42u);
+  for (const char* bad : {"", "+1", "-1", "1e3", "12a", "99999999999999999999"}) {
+    EXPECT_THAT(ParseInstanceId(bad), Not(IsOk())) << bad;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vectors, rotations, poses
+
+TEST(ParseVec3, ThreeFiniteNumbers) {
+  absl::StatusOr<v1::Vec3> v = ParseVec3("-1.5, 2e3,0");
+  ASSERT_THAT(v, IsOk());
+  EXPECT_EQ(v->x(), -1.5);
+  EXPECT_EQ(v->y(), 2000.0);
+  EXPECT_EQ(v->z(), 0.0);
+}
+
+TEST(ParseVec3, RejectsWrongCountsAndNonFinite) {
+  const struct {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {"1,2", "3 comma-separated numbers"},     {"1,2,3,4", "3 comma-separated numbers"},
+      {"", "3 comma-separated numbers"},        {"1,,3", "'' is not a number"},
+      {"nan,0,0", "'nan' is not a finite"},     {"0,inf,0", "'inf' is not a finite"},
+      {"1,a,3", "'a' is not a number"},         {"1,2,3mm", "'3mm' is not a number"},
+      {"1e999,0,0", "'1e999' is not a number"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_THAT(ParseVec3(c.text), StatusIs(absl::StatusCode::kInvalidArgument, c.message))
+        << c.text;
+  }
+}
+
+TEST(RotationDeg, ZeroIsIdentity) {
+  const v1::Quaternion q = QuaternionFromFixedXyzDeg(0, 0, 0);
+  EXPECT_EQ(q.w(), 1.0);
+  EXPECT_EQ(q.x(), 0.0);
+  EXPECT_EQ(q.y(), 0.0);
+  EXPECT_EQ(q.z(), 0.0);
+}
+
+TEST(RotationDeg, SingleAxisAngles) {
+  const double h = std::sqrt(0.5);
+  absl::StatusOr<v1::Quaternion> q = ParseRotationDeg("90,0,0");
+  ASSERT_THAT(q, IsOk());
+  EXPECT_NEAR(q->w(), h, kRotationTolerance);
+  EXPECT_NEAR(q->x(), h, kRotationTolerance);
+  EXPECT_NEAR(q->y(), 0, kRotationTolerance);
+  EXPECT_NEAR(q->z(), 0, kRotationTolerance);
+  q = ParseRotationDeg("0,0,180");
+  ASSERT_THAT(q, IsOk());
+  EXPECT_NEAR(q->w(), 0, kRotationTolerance);
+  EXPECT_NEAR(std::abs(q->z()), 1, kRotationTolerance);
+}
+
+TEST(RotationDeg, FixedAxesXThenYThenZ) {
+  // X first, then Y, about the fixed axes: x -> (Rx) x -> (Ry) -z. Rotating about moving axes (or
+  // in the other order) would take x to +y instead.
+  ExpectVecNear(Rotate(QuaternionFromFixedXyzDeg(90, 90, 0), {1, 0, 0}), {0, 0, -1});
+  ExpectVecNear(Rotate(QuaternionFromFixedXyzDeg(90, 90, 0), {0, 1, 0}), {1, 0, 0});
+  // Rx(90) then Rz(90): x -> y, y -> z, z -> x.
+  const v1::Quaternion q = QuaternionFromFixedXyzDeg(90, 0, 90);
+  ExpectVecNear(Rotate(q, {1, 0, 0}), {0, 1, 0});
+  ExpectVecNear(Rotate(q, {0, 1, 0}), {0, 0, 1});
+  ExpectVecNear(Rotate(q, {0, 0, 1}), {1, 0, 0});
+}
+
+TEST(RotationDeg, MatchesTheMatrixProductRzRyRx) {
+  const std::array<std::array<double, 3>, 5> angles{
+      {{30, -45, 60}, {10, 20, 30}, {-170, 85, 5}, {359, 1, -720}, {0.5, 123.25, -33}}};
+  for (const auto& [rx, ry, rz] : angles) {
+    SCOPED_TRACE(::testing::Message() << rx << "," << ry << "," << rz);
+    const Mat r = Multiply(AxisMatrix(2, rz), Multiply(AxisMatrix(1, ry), AxisMatrix(0, rx)));
+    const v1::Quaternion q = QuaternionFromFixedXyzDeg(rx, ry, rz);
+    EXPECT_NEAR(q.w() * q.w() + q.x() * q.x() + q.y() * q.y() + q.z() * q.z(), 1.0,
+                kRotationTolerance);
+    for (int col = 0; col < 3; ++col) {
+      Vec e{0, 0, 0};
+      e[col] = 1;
+      ExpectVecNear(Rotate(q, e), {r[0][col], r[1][col], r[2][col]});
+    }
+  }
+}
+
+TEST(RotationDeg, RejectsBadInput) {
+  for (const char* bad : {"90,0", "1,2,3,4", "nan,0,0", "0,0,-inf", "x,0,0"}) {
+    EXPECT_THAT(ParseRotationDeg(bad), StatusIs(absl::StatusCode::kInvalidArgument, "")) << bad;
+  }
+}
+
+TEST(ParseQuaternion, NormalisesAndRejectsZero) {
+  absl::StatusOr<v1::Quaternion> q = ParseQuaternion("2,0,0,0");
+  ASSERT_THAT(q, IsOk());
+  EXPECT_EQ(q->w(), 1.0);
+  q = ParseQuaternion("1,1,0,0");
+  ASSERT_THAT(q, IsOk());
+  EXPECT_NEAR(q->w(), std::sqrt(0.5), kRotationTolerance);
+  EXPECT_NEAR(q->x(), std::sqrt(0.5), kRotationTolerance);
+  EXPECT_THAT(ParseQuaternion("0,0,0,0"), StatusIs(absl::StatusCode::kInvalidArgument, "norm"));
+  EXPECT_THAT(ParseQuaternion("1,0,0"), StatusIs(absl::StatusCode::kInvalidArgument, "4 comma"));
+  EXPECT_THAT(ParseQuaternion("nan,0,0,1"), StatusIs(absl::StatusCode::kInvalidArgument, "nan"));
+}
+
+TEST(ParsePose, CombinesTranslationAndOneRotation) {
+  absl::StatusOr<v1::Pose> p = ParsePose("1,2,3", "", "");
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->translation_mm().z(), 3.0);
+  EXPECT_EQ(p->rotation_case(), v1::Pose::ROTATION_NOT_SET);
+  p = ParsePose("", "0,0,90", "");
+  ASSERT_THAT(p, IsOk());
+  EXPECT_FALSE(p->has_translation_mm());
+  ASSERT_EQ(p->rotation_case(), v1::Pose::kQuaternion);
+  ExpectVecNear(Rotate(p->quaternion(), {1, 0, 0}), {0, 1, 0});
+  EXPECT_THAT(ParsePose("", "0,0,90", "1,0,0,0"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not both"));
+  EXPECT_THAT(ParsePose("1,2", "", ""), StatusIs(absl::StatusCode::kInvalidArgument, "--at: "));
+  EXPECT_THAT(ParsePose("", "1,2", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, "--rot-deg: "));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allowed-interference rules
+
+TEST(ParseAllowRule, TwoSetsAndClasses) {
+  absl::StatusOr<v1::AllowedInterference> r =
+      ParseAllowRule("bolts=group:bolts/group:nuts:hard,Contact");
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->name(), "bolts");
+  EXPECT_THAT(r->a().groups(), ElementsAre("bolts"));
+  ASSERT_TRUE(r->has_b());
+  EXPECT_THAT(r->b().groups(), ElementsAre("nuts"));
+  EXPECT_THAT(r->classes(), ElementsAre(v1::HARD, v1::CONTACT));
+}
+
+TEST(ParseAllowRule, OneSetAllClasses) {
+  absl::StatusOr<v1::AllowedInterference> r = ParseAllowRule("fasteners=group:fasteners,7");
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->a().groups(), ElementsAre("fasteners"));
+  EXPECT_THAT(r->a().instance_ids(), ElementsAre(7u));
+  EXPECT_FALSE(r->has_b());
+  EXPECT_THAT(r->classes(), IsEmpty());
+}
+
+TEST(ParseAllowRule, SlashesAndColonsInsidePaths) {
+  // The first '/' where both sides parse splits the sets; ":2" is part of an assembly path.
+  absl::StatusOr<v1::AllowedInterference> r =
+      ParseAllowRule("fit=path:as1/nut-bolt-assembly:2/path:as1/plate:contained");
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->a().path_prefixes(), ElementsAre("as1/nut-bolt-assembly:2"));
+  EXPECT_THAT(r->b().path_prefixes(), ElementsAre("as1/plate"));
+  EXPECT_THAT(r->classes(), ElementsAre(v1::CONTAINED));
+
+  r = ParseAllowRule("one=path:as1/rod/nut:3");
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->a().path_prefixes(), ElementsAre("as1/rod/nut:3"));
+  EXPECT_FALSE(r->has_b());
+  EXPECT_THAT(r->classes(), IsEmpty());
+
+  r = ParseAllowRule("press=3/4");
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->a().instance_ids(), ElementsAre(3u));
+  EXPECT_THAT(r->b().instance_ids(), ElementsAre(4u));
+
+  r = ParseAllowRule("touch=all:contact");
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->a().ByteSizeLong(), 0u);
+  EXPECT_THAT(r->classes(), ElementsAre(v1::CONTACT));
+}
+
+TEST(ParseAllowRule, RejectsMalformedRules) {
+  EXPECT_THAT(ParseAllowRule("group:a"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "is not NAME=SEL_A[/SEL_B][:CLASSES]"));
+  EXPECT_THAT(ParseAllowRule("=1/2"), StatusIs(absl::StatusCode::kInvalidArgument, "NAME="));
+  EXPECT_THAT(ParseAllowRule("x=abc"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'abc' is not an instance id"));
+  EXPECT_THAT(ParseAllowRule("x=1/2:bogus"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "unknown clash class 'bogus'"));
+}
+
+TEST(ParseClashClass, NamesAnyCase) {
+  EXPECT_EQ(*ParseClashClass("CLEARANCE"), v1::CLEARANCE);
+  EXPECT_EQ(*ParseClashClass("contained"), v1::CONTAINED);
+  EXPECT_THAT(ParseClashClass("clear"), StatusIs(absl::StatusCode::kInvalidArgument, "clear"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rays
+
+TEST(ParseRays, LinesCommentsAndErrors) {
+  absl::StatusOr<std::vector<v1::Ray>> rays =
+      ParseRays("# ox oy oz dx dy dz\n0 0 10  0 0 -1\n\n\t1 2 3 1 0 0\r\n", 50);
+  ASSERT_THAT(rays, IsOk());
+  ASSERT_EQ(rays->size(), 2u);
+  EXPECT_EQ((*rays)[0].origin_mm().z(), 10.0);
+  EXPECT_EQ((*rays)[0].direction().z(), -1.0);
+  EXPECT_EQ((*rays)[1].origin_mm().y(), 2.0);
+  EXPECT_EQ((*rays)[1].max_distance_mm(), 50.0);
+  EXPECT_THAT(ParseRays("0 0 0 1 0 0\n1 2 3 4 5\n", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "line 2: expected 6 numbers"));
+  EXPECT_THAT(ParseRays("0 0 0 0 0 0\n", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "line 1: the direction is zero"));
+  EXPECT_THAT(ParseRays("0 0 nan 1 0 0\n", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "line 1: 'nan'"));
+  EXPECT_THAT(ParseRays("# nothing\n", 0), StatusIs(absl::StatusCode::kInvalidArgument, "no rays"));
+  EXPECT_THAT(ParseRay("0,0,0", "0,0,0", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "--dir: the direction is zero"));
+}
+
+TEST(CheckNonNegative, FiniteAndNotNegative) {
+  EXPECT_THAT(CheckNonNegative("--max-mm", 0), IsOk());
+  EXPECT_THAT(CheckNonNegative("--max-mm", -1),
+              StatusIs(absl::StatusCode::kInvalidArgument, "--max-mm"));
+  EXPECT_THAT(CheckNonNegative("--max-mm", NAN), Not(IsOk()));
+  EXPECT_THAT(CheckNonNegative("--max-mm", INFINITY), Not(IsOk()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interference answers: exit code, table, JUnit
+
+v1::Clash MakeClash(v1::ClashClass c, const std::string& a, const std::string& b) {
+  v1::Clash clash;
+  clash.set_clash_id("c" + a.substr(0, 1) + b.substr(0, 1));
+  clash.set_instance_a(1);
+  clash.set_instance_b(2);
+  clash.set_path_a(a);
+  clash.set_path_b(b);
+  clash.set_part_a("p1");
+  clash.set_part_b("p2");
+  clash.set_clash_class(c);
+  clash.set_contact_tolerance_mm(0.02);
+  return clash;
+}
+
+// A response whose summary agrees with its clashes.
+v1::InterferenceResponse Response(std::vector<v1::Clash> clashes) {
+  v1::InterferenceResponse r;
+  r.set_scene_version(7);
+  for (v1::Clash& c : clashes) {
+    v1::InterferenceSummary* s = r.mutable_summary();
+    if (c.suppressed()) {
+      s->set_suppressed(s->suppressed() + 1);
+    } else if (c.clash_class() == v1::HARD) {
+      s->set_hard(s->hard() + 1);
+    } else if (c.clash_class() == v1::CONTAINED) {
+      s->set_contained(s->contained() + 1);
+    } else if (c.clash_class() == v1::CONTACT) {
+      s->set_contact(s->contact() + 1);
+    } else if (c.clash_class() == v1::CLEARANCE) {
+      s->set_clearance(s->clearance() + 1);
+    }
+    *r.add_clashes() = std::move(c);
+  }
+  return r;
+}
+
+v1::Clash Suppressed(v1::Clash c, const std::string& by) {
+  c.set_suppressed(true);
+  c.set_suppressed_by(by);
+  return c;
+}
+
+TEST(CheckExitCode, HardAndContainedFailSuppressedAndContactsPass) {
+  EXPECT_EQ(CheckExitCode(Response({})), kExitOk);
+  EXPECT_EQ(CheckExitCode(Response({MakeClash(v1::HARD, "a", "b")})), kExitFound);
+  EXPECT_EQ(CheckExitCode(Response({Suppressed(MakeClash(v1::HARD, "a", "b"), "fit")})), kExitOk);
+  EXPECT_EQ(CheckExitCode(Response({MakeClash(v1::CONTAINED, "a", "b")})), kExitFound);
+  EXPECT_EQ(CheckExitCode(
+                Response({MakeClash(v1::CONTACT, "a", "b"), MakeClash(v1::CLEARANCE, "c", "d")})),
+            kExitOk);
+  // The summary alone is enough (a listing cut short must not hide a hard clash).
+  v1::InterferenceResponse counted_only;
+  counted_only.mutable_summary()->set_hard(1);
+  EXPECT_EQ(CheckExitCode(counted_only), kExitFound);
+}
+
+// The column at which `needle` starts in `line`, in code points.
+std::size_t ColumnOf(const std::string& line, const std::string& needle) {
+  const std::size_t at = line.find(needle);
+  if (at == std::string::npos) return std::string::npos;
+  std::size_t column = 0;
+  for (std::size_t i = 0; i < at; ++i) column += (line[i] & 0xC0) != 0x80;
+  return column;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  for (std::size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(text.substr(start, end - start));
+  }
+  if (start < text.size()) lines.push_back(text.substr(start));
+  return lines;
+}
+
+v1::InterferenceResponse SampleResponse() {
+  v1::Clash hard = MakeClash(v1::HARD, "as1/bolt:1", "as1/plate");
+  hard.set_depth_mm(0.5);
+  hard.mutable_point_a_mm()->set_x(1);
+  hard.mutable_point_a_mm()->set_y(2);
+  hard.mutable_point_a_mm()->set_z(3);
+  hard.set_uncertain(true);
+  v1::Clash fit = Suppressed(MakeClash(v1::HARD, "as1/nut", "as1/bolt:2"), "bolts");
+  fit.set_depth_mm(0.25);
+  v1::Clash contained = MakeClash(v1::CONTAINED, "as1/pin", "as1/sleeve");
+  v1::Clash contact = MakeClash(v1::CONTACT, "as1/l-bracket", "as1/plate");
+  contact.set_distance_mm(0.01);
+  v1::Clash near = MakeClash(v1::CLEARANCE, "as1/rod", "as1/plate");
+  near.set_distance_mm(0.125);
+  v1::InterferenceResponse r = Response({hard, contained, contact, near, fit});
+  r.mutable_tolerances()->set_clearance_mm(0.2);
+  r.mutable_summary()->set_instances(18);
+  r.mutable_summary()->set_candidate_pairs(31);
+  r.mutable_summary()->set_cached_pairs(4);
+  return r;
+}
+
+TEST(FormatInterference, TableRowsMarksAndSummary) {
+  const std::vector<std::string> lines = Lines(FormatInterference(SampleResponse(), false));
+  // Header, HARD, CONTAINED, CLEARANCE, suppressed HARD; the CONTACT row is only counted.
+  ASSERT_EQ(lines.size(), 7u) << ::testing::PrintToString(lines);
+  EXPECT_THAT(lines[0], HasSubstr("class"));
+  EXPECT_THAT(lines[1], HasSubstr("HARD"));
+  EXPECT_THAT(lines[1], HasSubstr("as1/bolt:1"));
+  EXPECT_THAT(lines[1], HasSubstr("0.500"));
+  EXPECT_THAT(lines[1], HasSubstr("(1.000, 2.000, 3.000)"));
+  EXPECT_THAT(lines[1], HasSubstr("uncertain"));
+  EXPECT_THAT(lines[2], HasSubstr("CONTAINED"));
+  EXPECT_THAT(lines[3], HasSubstr("CLEARANCE"));
+  EXPECT_THAT(lines[3], HasSubstr("0.125"));
+  EXPECT_THAT(lines[4], HasSubstr("suppressed by bolts"));
+  EXPECT_EQ(lines[5], "(1 CONTACT row not shown; --all-classes lists them)");
+  EXPECT_THAT(lines[6], HasSubstr("HARD 1, CONTAINED 1, CONTACT 1, CLEARANCE 1, suppressed 1"));
+  EXPECT_THAT(lines[6], HasSubstr("contact tolerance per pair 0.020 mm"));
+  EXPECT_THAT(lines[6], HasSubstr("clearance 0.200 mm"));
+  EXPECT_THAT(lines[6], HasSubstr("18 instances, 31 candidate pairs (4 cached), scene version 7"));
+  // Columns line up: "path b" starts at the same column on every row.
+  const std::size_t column = ColumnOf(lines[0], "path b");
+  EXPECT_EQ(ColumnOf(lines[1], "as1/plate"), column);
+  EXPECT_EQ(ColumnOf(lines[2], "as1/sleeve"), column);
+  EXPECT_EQ(ColumnOf(lines[4], "as1/bolt:2"), column);
+  // Right-aligned numbers end at the header's end.
+  EXPECT_EQ(ColumnOf(lines[1], "0.500") + 5, ColumnOf(lines[0], "depth mm") + 8);
+}
+
+TEST(FormatInterference, AllClassesListsContacts) {
+  const std::string text = FormatInterference(SampleResponse(), true);
+  EXPECT_THAT(text, ::testing::ContainsRegex("\nCONTACT +as1/l-bracket +as1/plate +- +0\\.010 "));
+  EXPECT_THAT(text, Not(HasSubstr("not shown")));
+  EXPECT_EQ(Lines(text).size(), 7u);
+}
+
+TEST(FormatInterference, ExplicitContactToleranceIsEchoed) {
+  v1::InterferenceResponse r = Response({});
+  r.mutable_tolerances()->set_contact_tolerance_mm(0.05);
+  const std::string text = FormatInterference(r, false);
+  EXPECT_THAT(text, HasSubstr("no clashes to show"));
+  EXPECT_THAT(text, HasSubstr("contact tolerance 0.050 mm, clearance not checked"));
+}
+
+TEST(Table, PadsByCodePointsAndAlignsRight) {
+  Table t({"name", "n"}, "lr");
+  t.AddRow({"größe", "7"});
+  t.AddRow({"x", "1234"});
+  EXPECT_EQ(t.Render(), "name      n\ngröße     7\nx      1234\n");
+}
+
+TEST(XmlEscape, SpecialAndControlCharacters) {
+  EXPECT_EQ(XmlEscape("a<b>&\"c'\n\x01"), "a&lt;b&gt;&amp;&quot;c&apos;&#10;?");
+}
+
+// Runs python3's XML parser on `xml` and returns one line per element of interest, or
+// "UNAVAILABLE" when python3 cannot run.
+std::string ParseWithPython(const std::string& xml) {
+  // Per process and test: ctest runs tests in parallel processes.
+  const std::string stem =
+      absl::StrCat(::testing::TempDir(), "clashctl_", getpid(), "_",
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string path = stem + ".xml";
+  std::ofstream(path, std::ios::binary) << xml;
+  const std::string script =
+      "import sys, xml.dom.minidom as m\n"
+      "d = m.parse(sys.argv[1])\n"
+      "for s in d.getElementsByTagName('testsuite'):\n"
+      "  print('suite', s.getAttribute('name'), s.getAttribute('tests'),\n"
+      "        s.getAttribute('failures'), s.getAttribute('skipped'))\n"
+      "  for c in s.getElementsByTagName('testcase'):\n"
+      "    f = c.getElementsByTagName('failure')\n"
+      "    k = c.getElementsByTagName('skipped')\n"
+      "    o = 'failure:' + f[0].getAttribute('type') if f else ('skipped' if k else 'passed')\n"
+      "    print('case', c.getAttribute('name'), '|', o)\n";
+  const std::string script_path = stem + ".py";
+  std::ofstream(script_path) << script;
+  FILE* pipe = popen(("python3 " + script_path + " " + path + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return "UNAVAILABLE";
+  std::string out;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+  const int status = pclose(pipe);
+  std::remove(path.c_str());
+  std::remove(script_path.c_str());
+  if (status != 0 && out.find("not found") != std::string::npos) return "UNAVAILABLE";
+  return status == 0 ? out : "python3 failed: " + out;
+}
+
+TEST(JunitReport, WellFormedWithOneCasePerClashAndAVerdict) {
+  v1::InterferenceResponse r = SampleResponse();
+  // Paths with every character XML needs escaped.
+  r.mutable_clashes(0)->set_path_a("as1/<bolt> & \"nut\" 'x'");
+  const std::string xml = JunitReport("s<1>", r);
+  EXPECT_THAT(xml, HasSubstr("name=\"interference s&lt;1&gt;\""));
+  EXPECT_THAT(xml, HasSubstr("as1/&lt;bolt&gt; &amp; &quot;nut&quot; &apos;x&apos;"));
+  EXPECT_THAT(xml, Not(HasSubstr("<bolt>")));
+
+  const std::string parsed = ParseWithPython(xml);
+  if (parsed == "UNAVAILABLE") GTEST_SKIP() << "python3 is not available";
+  // 5 clashes + the verdict; failures: HARD, CONTAINED and the verdict; skipped: the suppressed.
+  EXPECT_EQ(parsed,
+            "suite interference s<1> 6 3 1\n"
+            "case caa: as1/<bolt> & \"nut\" 'x' <-> as1/plate | failure:HARD\n"
+            "case caa: as1/pin <-> as1/sleeve | failure:CONTAINED\n"
+            "case caa: as1/l-bracket <-> as1/plate | passed\n"
+            "case caa: as1/rod <-> as1/plate | passed\n"
+            "case caa: as1/nut <-> as1/bolt:2 | skipped\n"
+            "case no hard clashes | failure:HARD\n");
+}
+
+TEST(JunitReport, NoHardClashesPasses) {
+  const std::string xml =
+      JunitReport("s1", Response({Suppressed(MakeClash(v1::HARD, "a", "b"), "fit"),
+                                  MakeClash(v1::CONTACT, "c", "d")}));
+  const std::string parsed = ParseWithPython(xml);
+  if (parsed == "UNAVAILABLE") GTEST_SKIP() << "python3 is not available";
+  EXPECT_EQ(parsed,
+            "suite interference s1 3 0 1\n"
+            "case cab: a <-> b | skipped\n"
+            "case ccd: c <-> d | passed\n"
+            "case no hard clashes | passed\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Other output
+
+TEST(ErrorLine, CodeNameAndMessage) {
+  EXPECT_EQ(ErrorLine(absl::NotFoundError("no scene s1")), "clashctl: NOT_FOUND: no scene s1");
+  EXPECT_EQ(ErrorLine(absl::UnavailableError("down")), "clashctl: UNAVAILABLE: down");
+}
+
+TEST(ToJson, ProtoFieldNamesAndZeroValues) {
+  const nlohmann::ordered_json j = ToJsonValue(SampleResponse());
+  EXPECT_EQ(j["summary"]["candidate_pairs"], "31");  // uint64 is a string in proto3 JSON
+  EXPECT_EQ(j["summary"]["contact"], "1");
+  EXPECT_EQ(j["clashes"][0]["clash_class"], "HARD");
+  EXPECT_EQ(j["clashes"][0]["path_a"], "as1/bolt:1");
+  EXPECT_EQ(j["clashes"][2]["depth_mm"], 0);                       // printed although zero
+  EXPECT_FALSE(j["tolerances"].contains("contact_tolerance_mm"));  // unset optional stays out
+}
+
+TEST(FormatAssembly, IndentedTreeByPath) {
+  v1::Assembly a;
+  a.set_assembly_id("a1");
+  for (const char* path : {"as1/rod-assembly/nut", "as1/rod-assembly/bolt", "as1/plate"}) {
+    v1::AssemblyInstance* i = a.add_instances();
+    i->set_path(path);
+    i->set_part_id("p9");
+  }
+  const std::string text = FormatAssembly(a);
+  EXPECT_THAT(text, HasSubstr("instances (3):\n"
+                              "  as1\n"
+                              "    rod-assembly\n"
+                              "      nut  p9  at (0.000, 0.000, 0.000)\n"
+                              "      bolt  p9  at (0.000, 0.000, 0.000)\n"
+                              "    plate  p9  at (0.000, 0.000, 0.000)\n"));
+}
+
+TEST(FormatPicks, HitsAndMisses) {
+  v1::PickResponse r;
+  v1::PickHit* hit = r.add_hits();
+  hit->set_hit(true);
+  hit->set_instance_id(4);
+  hit->set_path("as1/plate");
+  hit->set_distance_mm(12.5);
+  r.add_hits();
+  const std::vector<std::string> lines = Lines(FormatPicks(r));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_THAT(lines[1], HasSubstr("yes"));
+  EXPECT_THAT(lines[1], HasSubstr("as1/plate"));
+  EXPECT_THAT(lines[1], HasSubstr("12.500"));
+  EXPECT_THAT(lines[2], HasSubstr("no"));
+}
+
+TEST(ProgressLine, PercentBarAndRate) {
+  EXPECT_EQ(ProgressLine(5'000'000, 10'000'000, 2.0),
+            "[###############---------------]  50%  5.0/10.0 MB  2.5 MB/s");
+  EXPECT_THAT(ProgressLine(0, 0, 0), HasSubstr("100%"));
+}
+
+}  // namespace
+}  // namespace clash::clashctl
