@@ -21,6 +21,8 @@ PACKAGES=(
   # service, and its command-line tools (clash-import): CLI11 flags, nlohmann-json output
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libcli11-dev nlohmann-json3-dev
+  # the second-language client test (Python stubs generated at test time)
+  python3-grpcio python3-grpc-tools python3-protobuf
 )
 
 missing=()

@@ -40,6 +40,7 @@ class Clashd:
             [os.path.join(ARGS.bin_dir, "server", "clashd"), "--listen", "127.0.0.1:0",
              "--metrics-listen", "", "--data-dir", self.data_dir],
             stderr=subprocess.PIPE, text=True)
+        self.drain = None
         deadline = time.time() + 60
         while time.time() < deadline:
             line = self.proc.stderr.readline()
@@ -163,13 +164,15 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(code, 0, "no HARD clash in as1 at default tolerances")
         self.assertEqual(pairs(check, "HARD"), set())
         contact = pairs(check, "CONTACT")
-        names = {tuple(sorted(p.split("/")[-1].split(":")[0] for p in pair)) for pair in contact}
+        def part_name(path):  # "as1/rod-assembly/nut_2:1" -> "nut"
+            return re.sub(r"_\d+$", "", path.split("/")[-1].split(":")[0])
+        names = {tuple(sorted(part_name(p) for p in pair)) for pair in contact}
         for expected in [("bolt", "nut"), ("l-bracket", "plate"), ("nut", "rod")]:
             self.assertIn(expected, names, f"{expected} should touch: {sorted(names)}")
 
         # A bolt moved 5 mm down into whatever it stands on is a hard clash.
         by_path = instances_by_path(self.server, scene)
-        bolt_path = sorted(p for p in by_path if p.endswith("/bolt"))[0]
+        bolt_path = sorted(p for p in by_path if part_name(p) == "bolt")[0]
         bolt = by_path[bolt_path]
         t = bolt["pose"]["translation_mm"]
         q = bolt["pose"].get("quaternion", {})
