@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "clash/geom/mesh.h"
+#include "clash/geom/motion.h"
 #include "clash/geom/part.h"
 #include "clash/geom/transform.h"
 
@@ -62,6 +63,40 @@ inline Mat3 AxisAngle(double angle, const Vec3& axis) {
 /// A random rigid pose with translation in [-r, r]^3.
 inline RigidTransform RandomPose(std::mt19937& rng, double r) {
   return {RandomRotation(rng), RandomPoint(rng, r)};
+}
+
+/// A random valid motion of the given kind for parts near the origin: start pose within 20 mm,
+/// linear distance up to 80 mm, rotation angle up to 7 rad, screw angle up to 13 rad with a
+/// pitch up to 10 mm either way, 2 to 5 keyframes at random parameters.
+inline geom::Motion RandomMotion(std::mt19937& rng, geom::MotionKind kind) {
+  using geom::Motion;
+  const RigidTransform X0 = RandomPose(rng, 20);
+  const Vec3 axis = RandomRotation(rng).col(0);
+  const Vec3 c = RandomPoint(rng, 20);
+  absl::StatusOr<Motion> m = absl::InternalError("unknown kind");
+  switch (kind) {
+    case geom::MotionKind::kLinear:
+      m = Motion::Linear(X0, axis, Uniform(rng, 0, 80));
+      break;
+    case geom::MotionKind::kRotation:
+      m = Motion::Rotation(X0, c, axis, Uniform(rng, -7, 7));
+      break;
+    case geom::MotionKind::kScrew:
+      m = Motion::Screw(X0, c, axis, Uniform(rng, -13, 13), Uniform(rng, -10, 10));
+      break;
+    case geom::MotionKind::kKeyframes: {
+      std::vector<geom::Keyframe> keys = {{0.0, X0}};
+      const int n = std::uniform_int_distribution<int>(1, 4)(rng);
+      for (int i = 1; i < n; ++i) keys.push_back({Uniform(rng, 0.05, 0.95), RandomPose(rng, 20)});
+      std::sort(keys.begin() + 1, keys.end(),
+                [](const geom::Keyframe& a, const geom::Keyframe& b) { return a.t < b.t; });
+      keys.push_back({1.0, RandomPose(rng, 20)});
+      m = Motion::Keyframes(keys);  // two equal random parameters would fail: not drawn
+      break;
+    }
+  }
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *std::move(m) : *Motion::Linear(X0, Vec3::UnitX(), 0.0);
 }
 
 /// Raw triangles before validation.
