@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/geom_matchers.h"
 #include "testing/random_geometry.h"
 #include "testing/status_matchers.h"
 
@@ -32,14 +33,10 @@ constexpr double kPoseTol = 1e-9;
 
 RigidTransform At(const Vec3& t) { return RigidTransform::Translation(t); }
 
-Motion Ok(absl::StatusOr<Motion> m) {
-  EXPECT_TRUE(m.ok()) << m.status();
-  return *std::move(m);
-}
+Motion Ok(absl::StatusOr<Motion> m) { return testing::ValueOrDie(std::move(m)); }
 
 void ExpectPoseNear(const RigidTransform& got, const RigidTransform& want, const char* what) {
-  EXPECT_LE((got.R - want.R).cwiseAbs().maxCoeff(), kPoseTol) << what;
-  EXPECT_LE((got.t - want.t).norm(), kPoseTol) << what;
+  testing::ExpectPoseNear(got, want, kPoseTol, what);
 }
 
 TEST(Motion, FactoriesRejectBadInput) {
