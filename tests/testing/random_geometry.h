@@ -5,6 +5,7 @@
 
 #include <Eigen/Geometry>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "clash/geom/mesh.h"
+#include "clash/geom/motion.h"
 #include "clash/geom/part.h"
 #include "clash/geom/transform.h"
 
@@ -62,6 +64,40 @@ inline Mat3 AxisAngle(double angle, const Vec3& axis) {
 /// A random rigid pose with translation in [-r, r]^3.
 inline RigidTransform RandomPose(std::mt19937& rng, double r) {
   return {RandomRotation(rng), RandomPoint(rng, r)};
+}
+
+/// A random valid motion of the given kind for parts near the origin: start pose within 20 mm,
+/// linear distance up to 80 mm, rotation angle up to 7 rad, screw angle up to 13 rad with a
+/// pitch up to 10 mm either way, 2 to 5 keyframes at random parameters.
+inline geom::Motion RandomMotion(std::mt19937& rng, geom::MotionKind kind) {
+  using geom::Motion;
+  const RigidTransform X0 = RandomPose(rng, 20);
+  const Vec3 axis = RandomRotation(rng).col(0);
+  const Vec3 c = RandomPoint(rng, 20);
+  absl::StatusOr<Motion> m = absl::InternalError("unknown kind");
+  switch (kind) {
+    case geom::MotionKind::kLinear:
+      m = Motion::Linear(X0, axis, Uniform(rng, 0, 80));
+      break;
+    case geom::MotionKind::kRotation:
+      m = Motion::Rotation(X0, c, axis, Uniform(rng, -7, 7));
+      break;
+    case geom::MotionKind::kScrew:
+      m = Motion::Screw(X0, c, axis, Uniform(rng, -13, 13), Uniform(rng, -10, 10));
+      break;
+    case geom::MotionKind::kKeyframes: {
+      std::vector<geom::Keyframe> keys = {{0.0, X0}};
+      const int n = std::uniform_int_distribution<int>(1, 4)(rng);
+      for (int i = 1; i < n; ++i) keys.push_back({Uniform(rng, 0.05, 0.95), RandomPose(rng, 20)});
+      std::sort(keys.begin() + 1, keys.end(),
+                [](const geom::Keyframe& a, const geom::Keyframe& b) { return a.t < b.t; });
+      keys.push_back({1.0, RandomPose(rng, 20)});
+      m = Motion::Keyframes(keys);  // two equal random parameters would fail: not drawn
+      break;
+    }
+  }
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *std::move(m) : *Motion::Linear(X0, Vec3::UnitX(), 0.0);
 }
 
 /// Raw triangles before validation.
@@ -183,6 +219,66 @@ inline RawMesh MakeTube(double r_in, double r_out, double h, int segments) {
     m.t.push_back({it, pt, jt});
     m.t.push_back({ib, pb, ob});  // bottom, facing -z
     m.t.push_back({ib, jb, pb});
+  }
+  return m;
+}
+
+/// A closed solid made of the filled cells of a grid: cell (i, j, k) spans [xs[i], xs[i+1]] x
+/// [ys[j], ys[j+1]] x [zs[k], zs[k+1]] (each list increasing) and is solid when filled(i, j, k).
+/// Every face between a solid cell and an empty one (or the outside) becomes two triangles
+/// facing out of the solid, on shared grid vertices. Solid cells must not meet along an edge
+/// only (the mesh would not be manifold there). E.g. a plate with a square hole, or a block
+/// with a blind hole.
+template <class Filled>
+inline RawMesh MakeCellSolid(const std::vector<double>& xs, const std::vector<double>& ys,
+                             const std::vector<double>& zs, Filled filled) {
+  RawMesh m;
+  const int n[3] = {static_cast<int>(xs.size()), static_cast<int>(ys.size()),
+                    static_cast<int>(zs.size())};
+  for (int i = 0; i < n[0]; ++i) {
+    for (int j = 0; j < n[1]; ++j) {
+      for (int k = 0; k < n[2]; ++k) m.v.push_back({xs[i], ys[j], zs[k]});
+    }
+  }
+  auto vid = [&](const std::array<int, 3>& g) {
+    return static_cast<uint32_t>((g[0] * n[1] + g[1]) * n[2] + g[2]);
+  };
+  auto solid = [&](const std::array<int, 3>& c) {
+    for (int a = 0; a < 3; ++a) {
+      if (c[a] < 0 || c[a] + 1 >= n[a]) return false;
+    }
+    return static_cast<bool>(filled(c[0], c[1], c[2]));
+  };
+  for (int i = 0; i + 1 < n[0]; ++i) {
+    for (int j = 0; j + 1 < n[1]; ++j) {
+      for (int k = 0; k + 1 < n[2]; ++k) {
+        const std::array<int, 3> c = {i, j, k};
+        if (!solid(c)) continue;
+        for (int a = 0; a < 3; ++a) {
+          for (int side = 0; side < 2; ++side) {
+            std::array<int, 3> nb = c;
+            nb[a] += side ? 1 : -1;
+            if (solid(nb)) continue;
+            // Corners on the face plane, counter-clockwise about +a in (u, w) (u x w = a).
+            const int u = (a + 1) % 3, w = (a + 2) % 3;
+            std::array<int, 3> g00 = c;
+            g00[a] = c[a] + side;
+            std::array<int, 3> g10 = g00, g11 = g00, g01 = g00;
+            ++g10[u];
+            ++g11[u];
+            ++g11[w];
+            ++g01[w];
+            if (side) {
+              m.t.push_back({vid(g00), vid(g10), vid(g11)});
+              m.t.push_back({vid(g00), vid(g11), vid(g01)});
+            } else {
+              m.t.push_back({vid(g00), vid(g11), vid(g10)});
+              m.t.push_back({vid(g00), vid(g01), vid(g11)});
+            }
+          }
+        }
+      }
+    }
   }
   return m;
 }

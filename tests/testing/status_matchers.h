@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -15,6 +16,14 @@ inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
 template <typename T>
 const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
   return s.status();
+}
+
+/// The value of a StatusOr that the test expects to be OK (the test fails, and the value
+/// access aborts, when it is not).
+template <typename T>
+T ValueOrDie(absl::StatusOr<T> s) {
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *std::move(s);
 }
 
 MATCHER(IsOk, "is OK") {

@@ -1,0 +1,534 @@
+#include "clash/geom/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <Eigen/Geometry>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "clash/geom/motion.h"
+#include "clash/geom/query.h"
+#include "testing/geom_matchers.h"
+#include "testing/random_geometry.h"
+#include "testing/status_matchers.h"
+
+namespace clash::geom {
+namespace {
+
+using testing::AxisAngle;
+using testing::MakeBlob;
+using testing::MakeBox;
+using testing::MakeCellSolid;
+using testing::MakeCylinder;
+using testing::MakeTube;
+using testing::RandomMotion;
+using testing::RandomPose;
+using testing::RandomRotation;
+using testing::RawMesh;
+using testing::SeededRng;
+using testing::Trials;
+using testing::Uniform;
+
+using PartPtr = std::shared_ptr<const Part>;
+
+constexpr double kPi = std::numbers::pi;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Poses are products of a few rotations and translations of size <= 1e3: rounding ~1e-13.
+constexpr double kPoseTol = 1e-9;
+// Parameters found by bisection or recomputed analytically: rounding only.
+constexpr double kParamTol = 1e-9;
+
+RigidTransform At(const Vec3& t) { return RigidTransform::Translation(t); }
+
+Motion Ok(absl::StatusOr<Motion> m) { return testing::ValueOrDie(std::move(m)); }
+
+void ExpectPoseNear(const RigidTransform& got, const RigidTransform& want, const char* what) {
+  testing::ExpectPoseNear(got, want, kPoseTol, what);
+}
+
+SweepOptions Contact(double tau) {
+  SweepOptions o;
+  o.contact_mm = tau;
+  return o;
+}
+
+// A square plate [-half, half]^2 x [-thick/2, thick/2] with a square through-hole of half-width
+// hole along z.
+RawMesh PlateWithSquareHole(double half, double hole, double thick) {
+  return MakeCellSolid({-half, -hole, hole, half}, {-half, -hole, hole, half},
+                       {-thick / 2, thick / 2},
+                       [](int i, int j, int) { return !(i == 1 && j == 1); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sweep: analytical cases
+
+// A square peg of half-width w and length 40 moved along -z through a 5 mm plate with a
+// square hole of half-width h, starting 10 mm above it and ending 10 mm below.
+struct PegThroughHole {
+  static constexpr double kPegHalfLength = 20, kPlateThick = 5, kGap = 10;
+  PartPtr plate, peg;
+  RigidTransform X0;
+  double travel = 2 * kPegHalfLength + kPlateThick + 2 * kGap;
+
+  PegThroughHole(double w, double h) {
+    plate = PlateWithSquareHole(60, h, kPlateThick).Part();
+    peg = MakeBox(Vec3(w, w, kPegHalfLength)).Part();
+    X0 = At(Vec3(0, 0, kPlateThick / 2 + kGap + kPegHalfLength));
+  }
+  SweepResult Run(double tau) const {
+    const Motion m = Ok(Motion::Linear(X0, -Vec3::UnitZ(), travel));
+    const SweepObstacle obstacles[] = {{plate.get(), RigidTransform::Identity(), 7}};
+    return Sweep(*peg, m, obstacles, Contact(tau));
+  }
+};
+
+TEST(Sweep, PegPassesThroughAHoleWithClearance) {
+  constexpr double kTau = 0.1;
+  const PegThroughHole clear(5.0, 5.0 + 0.15);  // clearance 0.15 > τ: never touches
+  ASSERT_TRUE(clear.plate->mesh().IsClosed());
+  const SweepResult r = clear.Run(kTau);
+  EXPECT_FALSE(r.blocked);
+  EXPECT_FALSE(r.exhausted);
+  EXPECT_EQ(r.t_contact, 1.0);
+  EXPECT_EQ(r.first_touch_t, -1.0);
+  EXPECT_NEAR(r.min_distance, 0.15, 1e-9);
+  EXPECT_EQ(r.min_distance_id, 7u);
+  EXPECT_LE(r.min_distance_lower_bound, 0.15);
+  EXPECT_GE(r.min_distance_lower_bound, kTau / 2 - 1e-12);  // far mode keeps τ/2
+  ExpectPoseNear(r.X_contact, At(Vec3(0, 0, -(2.5 + 10 + 20))), "end pose");
+
+  // Clearance 0.05 < τ: the peg slides through touching the walls (near mode), not blocked.
+  const PegThroughHole tight(5.0, 5.0 + 0.05);
+  const SweepResult s = tight.Run(kTau);
+  EXPECT_FALSE(s.blocked);
+  EXPECT_FALSE(s.exhausted);
+  EXPECT_GT(s.first_touch_t, 0.0);
+  EXPECT_NEAR(s.min_distance, 0.05, 1e-9);
+  ::testing::Test::RecordProperty("tight_iterations", s.iterations);
+}
+
+TEST(Sweep, PegBlockedByANarrowerHoleAtTheComputedParameter) {
+  constexpr double kTau = 0.1;
+  const PegThroughHole narrow(5.0, 3.0);
+  const SweepResult r = narrow.Run(kTau);
+  ASSERT_TRUE(r.blocked);
+  EXPECT_EQ(r.blocking_ids, std::vector<uint64_t>{7});
+  EXPECT_EQ(r.blocking_classes, std::vector<ClashClass>{ClashClass::kHard});
+  // The peg's bottom reaches the plate's top after kGap and is τ deep after kGap + τ; the
+  // bisection stops with a free pose at most τ/4 of travel before the blocked one.
+  const double t_hard = (PegThroughHole::kGap + kTau) / narrow.travel;
+  EXPECT_GE(r.t_contact, t_hard - kParamTol);
+  EXPECT_LE(r.t_contact, t_hard + kTau / 4 / narrow.travel + kParamTol);
+  EXPECT_LE(r.t_last_free, t_hard + kParamTol);
+  EXPECT_LE((r.t_contact - r.t_last_free) * narrow.travel, kTau / 4 + 1e-9);
+  EXPECT_GT(r.blocking_depth_mm, kTau);
+  EXPECT_NEAR(r.first_touch_t, PegThroughHole::kGap / narrow.travel, kTau / narrow.travel);
+  // The witness is on the peg's bottom, inside the plate.
+  EXPECT_NEAR(r.p_contact_W.z(), 2.5 - (r.t_contact * narrow.travel - 10), 1e-6);
+}
+
+TEST(Sweep, RoundPegAndHole) {
+  // Coaxial 32-gons with vertices at the same angles: the gap between parallel facets is
+  // (r_hole - r_peg) cos(π/32).
+  constexpr double kTau = 0.1;
+  constexpr int kSegments = 32;
+  const PartPtr peg = MakeCylinder(5.0, 40, kSegments).Part();
+  const SweepObstacle plate_at_origin = {nullptr, RigidTransform::Identity(), 3};
+  const RigidTransform X0 = At(Vec3(0, 0, 2.5 + 10 + 20));
+  const Motion m = Ok(Motion::Linear(X0, -Vec3::UnitZ(), 65));
+  {
+    const PartPtr plate = MakeTube(5.2, 30, 5, kSegments).Part();
+    SweepObstacle o = plate_at_origin;
+    o.part = plate.get();
+    const SweepResult r = Sweep(*peg, m, {&o, 1}, Contact(kTau));
+    EXPECT_FALSE(r.blocked);
+    EXPECT_NEAR(r.min_distance, 0.2 * std::cos(kPi / kSegments), 1e-9);
+  }
+  {
+    const PartPtr plate = MakeTube(3.0, 30, 5, kSegments).Part();
+    SweepObstacle o = plate_at_origin;
+    o.part = plate.get();
+    const SweepResult r = Sweep(*peg, m, {&o, 1}, Contact(kTau));
+    ASSERT_TRUE(r.blocked);
+    EXPECT_EQ(r.blocking_ids, std::vector<uint64_t>{3});
+    const double t_hard = (10 + kTau) / 65;
+    EXPECT_GE(r.t_contact, t_hard - kParamTol);
+    EXPECT_LE(r.t_contact, t_hard + kTau / 4 / 65 + kParamTol);
+  }
+}
+
+TEST(Sweep, ThinPlateCrossedByAFastMoveIsCaught) {
+  // A blade 1 mm thick (x) moves 1000 mm along +x through a plate 0.1 mm thick at
+  // x in [500.9, 501.0].
+  constexpr double kTau = 0.01;
+  constexpr double kTravel = 1000;
+  const PartPtr blade = MakeBox(Vec3(0.5, 20, 20)).Part();
+  const PartPtr plate = MakeBox(Vec3(0.05, 100, 100), Vec3(500.95, 0, 0)).Part();
+  const Motion m = Ok(Motion::Linear(RigidTransform::Identity(), Vec3::UnitX(), kTravel));
+  const SweepObstacle obstacles[] = {{plate.get(), RigidTransform::Identity(), 42}};
+
+  // Sampling misses it: at 10 poses, and every 2 mm, the surfaces never meet.
+  for (int k = 0; k < 10; ++k) {
+    EXPECT_FALSE(SurfacesIntersect(*blade, m.PoseAt(k / 9.0), *plate, obstacles[0].X_WO))
+        << "10 samples, k=" << k;
+  }
+  for (int k = 0; k <= 500; ++k) {
+    EXPECT_FALSE(SurfacesIntersect(*blade, m.PoseAt(2.0 * k / kTravel), *plate, obstacles[0].X_WO))
+        << "every 2 mm, k=" << k;
+  }
+
+  const SweepResult r = Sweep(*blade, m, obstacles, Contact(kTau));
+  ASSERT_TRUE(r.blocked);
+  EXPECT_EQ(r.blocking_ids, std::vector<uint64_t>{42});
+  // The blade's front face (x + 0.5) is τ deep in the plate's near face.
+  const double t_hard = (500.9 + kTau - 0.5) / kTravel;
+  EXPECT_GE(r.t_contact, t_hard - kParamTol);
+  EXPECT_LE(r.t_contact, t_hard + kTau / 4 / kTravel + kParamTol);
+  // Few queries: one long step to the plate, a few short ones, then the bisection.
+  EXPECT_LT(r.distance_queries, 20);
+  ::testing::Test::RecordProperty("iterations", r.iterations);
+}
+
+TEST(Sweep, ScrewMotion) {
+  // A 24-sided bolt of radius 5 and length 20 screwed two turns (pitch -3: 6 mm down) about
+  // its own axis.
+  constexpr double kTau = 0.1;
+  const PartPtr bolt = MakeCylinder(5.0, 20, 24).Part();
+  const RigidTransform X0 = At(Vec3(0, 0, 10 + 3));  // bottom at z = 3
+  const Motion m = Ok(Motion::Screw(X0, Vec3(0, 0, 13), Vec3::UnitZ(), 4 * kPi, -3));
+  ExpectPoseNear(m.PoseAt(0.5), At(Vec3(0, 0, 10)), "one turn");
+  ExpectPoseNear(m.PoseAt(1), At(Vec3(0, 0, 7)), "two turns");
+  {
+    // Through a coaxial clearance hole (a 24-gon nut of radius 6 at the bolt's height): free.
+    const PartPtr nut = MakeTube(6.0, 12, 8, 24).Part();
+    const SweepObstacle o[] = {{nut.get(), At(Vec3(0, 0, 8)), 1}};
+    const SweepResult r = Sweep(*bolt, m, o, Contact(kTau));
+    EXPECT_FALSE(r.blocked);
+    EXPECT_FALSE(r.exhausted);
+    // The bolt's vertices sweep a circle of radius 5, the nut's facets are 6 cos(7.5°) away.
+    EXPECT_GE(r.min_distance_lower_bound, 0.0);
+    EXPECT_GE(r.min_distance, 6 * std::cos(kPi / 24) - 5 - 1e-9);
+  }
+  {
+    // Onto a plate whose top is at z = 0: the bottom is τ deep after (3 + τ) / 6.
+    const PartPtr plate = MakeBox(Vec3(50, 50, 5), Vec3(0, 0, -5)).Part();
+    const SweepObstacle o[] = {{plate.get(), RigidTransform::Identity(), 2}};
+    const SweepResult r = Sweep(*bolt, m, o, Contact(kTau));
+    ASSERT_TRUE(r.blocked);
+    EXPECT_EQ(r.blocking_ids, std::vector<uint64_t>{2});
+    const double t_hard = (3 + kTau) / 6;
+    EXPECT_GE(r.t_contact, t_hard - kParamTol);
+    // The bracket is τ/4 of travel of the whole bound (rotation + advance); the advance is
+    // the smaller part of it, so the bracket in t is at most (τ/4) / (advance rate).
+    EXPECT_LE(r.t_contact, t_hard + kTau / 4 / 6 + kParamTol);
+    const Sphere s = TravelSphere(*bolt);
+    EXPECT_LE(m.MaxTravel(r.t_last_free, r.t_contact, s), kTau / 4 + 1e-12);
+  }
+}
+
+TEST(Sweep, RotatingArmBlockedAtTheComputedAngle) {
+  // An arm [0, 100] x [-2, 2] x [-2, 2] turning about the z axis by 1 rad towards a block
+  // whose lower face is y = 30 over x in [50, 150]. The arm's far top corner (100, 2) rises
+  // first: 100 sin φ + 2 cos φ = 30 + τ when it is τ deep.
+  constexpr double kTau = 0.05;
+  const PartPtr arm = MakeBox(Vec3(50, 2, 2), Vec3(50, 0, 0)).Part();
+  const PartPtr block = MakeBox(Vec3(50, 20, 10), Vec3(100, 50, 0)).Part();
+  const Motion m =
+      Ok(Motion::Rotation(RigidTransform::Identity(), Vec3::Zero(), Vec3::UnitZ(), 1.0));
+  const SweepObstacle o[] = {{block.get(), RigidTransform::Identity(), 9}};
+  const SweepResult r = Sweep(*arm, m, o, Contact(kTau));
+  ASSERT_TRUE(r.blocked);
+  EXPECT_EQ(r.blocking_ids, std::vector<uint64_t>{9});
+  const double radius = std::hypot(100.0, 2.0);
+  const double phi_hard = std::asin((30 + kTau) / radius) - std::atan2(2.0, 100.0);
+  EXPECT_LE(r.t_last_free, phi_hard + kParamTol);
+  EXPECT_GE(r.t_contact, phi_hard - kParamTol);
+  // The tip moves at most τ/4 over the bracket, and it is 100 from the axis.
+  EXPECT_LE(r.t_contact - phi_hard, kTau / 4 / 100 + kParamTol);
+  EXPECT_NEAR(r.p_contact_W.y(), 30 + kTau, kTau / 4 + 1e-9);  // the corner, just over τ deep
+}
+
+TEST(Sweep, FinalSeatInFaceContactIsNotBlocked) {
+  constexpr double kTau = 0.01;
+  const PartPtr table = MakeBox(Vec3(50, 50, 5), Vec3(0, 0, -5)).Part();
+  const PartPtr box = MakeBox(Vec3(5, 5, 5)).Part();
+  const SweepObstacle o[] = {{table.get(), RigidTransform::Identity(), 1}};
+  // From 20 above down onto the table: ends with the bottom face on the table's top face.
+  const Motion seat = Ok(Motion::Linear(At(Vec3(0, 0, 25)), -Vec3::UnitZ(), 20));
+  const SweepResult r = Sweep(*box, seat, o, Contact(kTau));
+  EXPECT_FALSE(r.blocked);
+  EXPECT_FALSE(r.exhausted);
+  EXPECT_GE(r.first_touch_t, 1 - kTau / 20);
+  EXPECT_LE(r.first_touch_t, 1.0);
+  EXPECT_EQ(r.min_distance, 0.0);
+  EXPECT_EQ(r.t_min_distance, 1.0);
+
+  // Pressed 1 mm into the table instead: blocked τ past the touch.
+  const Motion press = Ok(Motion::Linear(At(Vec3(0, 0, 25)), -Vec3::UnitZ(), 21));
+  const SweepResult p = Sweep(*box, press, o, Contact(kTau));
+  ASSERT_TRUE(p.blocked);
+  EXPECT_NEAR(p.t_contact * 21, 20 + kTau, kTau / 4 + 1e-9);
+}
+
+TEST(Sweep, StartPoseInsideAnObstacleIsBlockedAtZero) {
+  const PartPtr big = MakeBox(Vec3(50, 50, 50)).Part();
+  const PartPtr small = MakeBox(Vec3(1, 1, 1)).Part();
+  const SweepObstacle o[] = {{big.get(), RigidTransform::Identity(), 5}};
+  const Motion m = Ok(Motion::Linear(RigidTransform::Identity(), Vec3::UnitX(), 10));
+  const SweepResult r = Sweep(*small, m, o, Contact(0.01));
+  ASSERT_TRUE(r.blocked);
+  EXPECT_EQ(r.t_contact, 0.0);
+  EXPECT_EQ(r.t_last_free, -1.0);
+  EXPECT_EQ(r.blocking_classes, std::vector<ClashClass>{ClashClass::kContained});
+}
+
+TEST(Sweep, OptionsProfileStopAndCap) {
+  const PartPtr table = MakeBox(Vec3(50, 50, 5), Vec3(0, 0, -5)).Part();
+  const PartPtr box = MakeBox(Vec3(5, 5, 5)).Part();
+  const SweepObstacle o[] = {{table.get(), RigidTransform::Identity(), 1}};
+  // Sliding 10 mm along the table's face in contact: many near-mode poses.
+  const Motion slide = Ok(Motion::Linear(At(Vec3(0, 0, 5)), Vec3::UnitX(), 10));
+  SweepOptions opt = Contact(0.1);
+  opt.profile = true;
+  const SweepResult full = Sweep(*box, slide, o, opt);
+  EXPECT_FALSE(full.blocked);
+  EXPECT_FALSE(full.exhausted);
+  ASSERT_EQ(static_cast<int>(full.profile.size()), full.iterations);
+  EXPECT_EQ(full.profile.front().first, 0.0);
+  EXPECT_EQ(full.profile.back().first, 1.0);
+  for (std::size_t i = 1; i < full.profile.size(); ++i) {
+    EXPECT_GT(full.profile[i].first, full.profile[i - 1].first);
+    EXPECT_EQ(full.profile[i].second, 0.0);  // face contact all along
+  }
+  // Near mode: at least 10 / (τ/2) poses.
+  EXPECT_GE(full.iterations, 10 / 0.05);
+
+  opt.max_iterations = 10;
+  const SweepResult capped = Sweep(*box, slide, o, opt);
+  EXPECT_TRUE(capped.exhausted);
+  EXPECT_FALSE(capped.blocked);
+  EXPECT_EQ(capped.iterations, 10);
+
+  int calls = 0;
+  const SweepResult stopped = Sweep(*box, slide, o, Contact(0.1), [&calls] { return ++calls > 3; });
+  EXPECT_TRUE(stopped.stopped);
+  EXPECT_EQ(stopped.iterations, 3);
+
+  // No obstacles: two poses, the start and the end.
+  const SweepResult empty = Sweep(*box, slide, {}, Contact(0.1));
+  EXPECT_FALSE(empty.blocked);
+  EXPECT_EQ(empty.iterations, 2);
+  EXPECT_EQ(empty.distance_queries, 0);
+}
+
+TEST(Sweep, ClearanceResolvesTheMinimumOfAPassBy) {
+  // Two squares turned 45 degrees (diamonds of half-diagonal 5) pass corner to corner, 3 apart
+  // at the closest. Far steps alone may land anywhere near the closest pose and certify little
+  // about the path between; with a clearance of 5 the approach is sampled every C/4 of travel.
+  const double a = 5 / std::sqrt(2.0);
+  const Mat3 R45 = AxisAngle(kPi / 4, Vec3::UnitZ());
+  const PartPtr square = MakeBox(Vec3(a, a, 5)).Part();
+  const SweepObstacle o[] = {{square.get(), {R45, Vec3(0, 13, 0)}, 4}};
+  const Motion pass = Ok(Motion::Linear({R45, Vec3(-100, 0, 0)}, Vec3::UnitX(), 200));
+  SweepOptions opt = Contact(0.01);
+  const SweepResult coarse = Sweep(*square, pass, o, opt);
+  EXPECT_FALSE(coarse.blocked);
+  EXPECT_GE(coarse.min_distance, 3.0 - 1e-9);
+  EXPECT_LE(coarse.min_distance_lower_bound, 3.0 + 1e-9);
+
+  opt.clearance_mm = 5;
+  const double resolution = opt.clearance_mm / 4;
+  const SweepResult fine = Sweep(*square, pass, o, opt);
+  EXPECT_FALSE(fine.blocked);
+  EXPECT_EQ(fine.min_distance_id, 4u);
+  // Some checked pose is within resolution / 2 of the closest one, where the corners are at
+  // most sqrt(3^2 + (resolution / 2)^2) apart.
+  EXPECT_GE(fine.min_distance, 3.0 - 1e-9);
+  EXPECT_LE(fine.min_distance, std::hypot(3.0, resolution / 2) + 1e-9);
+  EXPECT_NEAR(fine.t_min_distance, 0.5, resolution / 2 / 200 + 1e-9);
+  EXPECT_LE(fine.min_distance_lower_bound, 3.0 + 1e-9);
+  EXPECT_GE(fine.min_distance_lower_bound, 3.0 - resolution - 1e-9);
+  EXPECT_GT(fine.min_distance_lower_bound, coarse.min_distance_lower_bound);
+  ::testing::Test::RecordProperty("coarse_lower_bound",
+                                  std::to_string(coarse.min_distance_lower_bound));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sweep against a sampling oracle
+
+// True when some obstacle is kHard or kContained with the moving part at X, with contact
+// tolerance tau.
+bool AnyBlocking(const Part& moving, const RigidTransform& X,
+                 std::span<const SweepObstacle> obstacles, double tau,
+                 std::vector<uint64_t>* ids = nullptr) {
+  PairTolerances tol;
+  tol.contact_mm = tau;
+  bool any = false;
+  const Aabb box = moving.bounds().Transformed(X);
+  for (const SweepObstacle& o : obstacles) {
+    if (box.Distance(o.part->bounds().Transformed(o.X_WO)) > tau) continue;
+    const ClashClass c = ClassifyPair(moving, X, *o.part, o.X_WO, tol).cls;
+    if (c == ClashClass::kHard || c == ClashClass::kContained) {
+      any = true;
+      if (ids) ids->push_back(o.id);
+    }
+  }
+  return any;
+}
+
+TEST(Sweep, AgreesWithDenseSampling) {
+  std::mt19937 rng = SeededRng(504);
+  constexpr double kTau = 0.05;
+  // Sweep's guarantee between checked poses (see sweep.h): no unchecked pose is deeper than
+  // 1.25 τ. The oracle classifies its samples with that tolerance (plus rounding).
+  constexpr double kOracleTau = 1.25 * kTau + 1e-9;
+  constexpr int kSamples = 2000;
+  const MotionKind kinds[] = {MotionKind::kLinear, MotionKind::kRotation, MotionKind::kScrew,
+                              MotionKind::kKeyframes};
+  const int trials = Trials(48);
+  int run = 0, skipped = 0, blocked = 0, touched = 0, deeper_than_tau = 0;
+  for (int trial = 0; trial < trials; ++trial) {
+    const PartPtr moving =
+        (trial % 2 ? MakeBlob(rng, 5, 6, 8, 0.3) : MakeBox(Vec3(6, 3, 2))).Part();
+    const Motion m = RandomMotion(rng, kinds[trial % 4]);
+    const Sphere sphere = TravelSphere(*moving);
+    // Two obstacles anywhere; one near a random pose of the path (at 0.7 to 1.5 times the sum
+    // of the bounding radii: from in the way to clear); one grazing: moved along the witness
+    // direction at the path's closest sampled pose until the distance there is in
+    // [-τ/2, 3τ/2] (touching or a little beyond, where the guarantee's slack matters).
+    std::vector<PartPtr> parts;
+    std::vector<SweepObstacle> obstacles;
+    for (int k = 0; k < 4; ++k) {
+      parts.push_back(
+          (k % 2 ? MakeBlob(rng, Uniform(rng, 3, 8), 6, 8, 0.3)
+                 : MakeBox(Vec3(Uniform(rng, 1, 8), Uniform(rng, 1, 8), Uniform(rng, 0.2, 8))))
+              .Part());
+      const Part& part = *parts.back();
+      RigidTransform X_WO = RandomPose(rng, 30);
+      if (k >= 2) {
+        const Sphere s = TravelSphere(part);
+        const Vec3 c_W = m.PoseAt(Uniform(rng, 0, 1)) * sphere.center;
+        const double reach = (sphere.radius + s.radius) * Uniform(rng, 0.7, 1.5);
+        X_WO.t = c_W + reach * RandomRotation(rng).col(0) - X_WO.R * s.center;
+      }
+      if (k == 3) {
+        DistanceResult closest;
+        for (int i = 0; i <= 400; ++i) {
+          const DistanceResult d = Distance(*moving, m.PoseAt(i / 400.0), part, X_WO);
+          if (d.distance < closest.distance) closest = d;
+        }
+        if (closest.distance > 0 && closest.distance < kInf) {
+          const Vec3 n = (closest.p_WB - closest.p_WA).normalized();
+          X_WO.t += (Uniform(rng, -kTau / 2, 1.5 * kTau) - closest.distance) * n;
+        }
+      }
+      obstacles.push_back({&part, X_WO, static_cast<uint64_t>(k + 1)});
+    }
+    // Only free start poses.
+    if (AnyBlocking(*moving, m.start(), obstacles, kTau)) {
+      ++skipped;
+      continue;
+    }
+    ++run;
+    const SweepResult r = Sweep(*moving, m, obstacles, Contact(kTau));
+    ASSERT_FALSE(r.exhausted) << "trial " << trial;
+    const double free_until = r.blocked ? r.t_last_free : 1.0;
+    if (!r.blocked && r.first_touch_t >= 0) ++touched;
+    if (r.blocked) {
+      ++blocked;
+      std::vector<uint64_t> ids;
+      EXPECT_TRUE(AnyBlocking(*moving, r.X_contact, obstacles, kTau, &ids)) << "trial " << trial;
+      std::sort(ids.begin(), ids.end());
+      EXPECT_EQ(ids, r.blocking_ids) << "trial " << trial;
+      EXPECT_LE(m.MaxTravel(r.t_last_free, r.t_contact, TravelSphere(*moving)), kTau / 4 + 1e-12);
+    }
+    for (int k = 0; k <= kSamples; ++k) {
+      const double t = free_until * k / kSamples;
+      const RigidTransform X = m.PoseAt(t);
+      // Deeper than 1.25 τ implies deeper than τ: the second test only where the first hits.
+      if (!AnyBlocking(*moving, X, obstacles, kTau)) continue;
+      ++deeper_than_tau;
+      EXPECT_FALSE(AnyBlocking(*moving, X, obstacles, kOracleTau))
+          << "trial " << trial << " (" << MotionKindName(m.kind()) << ") t=" << t
+          << " blocked=" << r.blocked << " t_last_free=" << r.t_last_free;
+    }
+  }
+  ::testing::Test::RecordProperty("run", run);
+  ::testing::Test::RecordProperty("skipped", skipped);
+  ::testing::Test::RecordProperty("blocked", blocked);
+  ::testing::Test::RecordProperty("touched_not_blocked", touched);
+  ::testing::Test::RecordProperty("samples_deeper_than_tau", deeper_than_tau);
+  // The generator must give both answers often: a hit-rate window.
+  EXPECT_GE(run, trials / 2);
+  EXPECT_GE(blocked, run / 5);
+  EXPECT_LE(blocked, run * 4 / 5);
+  EXPECT_GE(touched, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Free directions
+
+TEST(FreeDirections, PegInABlindHoleIsFreeOnlyUpwards) {
+  // A block [-20, 20]^2 x [0, 30] with a square blind hole of half-width 5 from z = 10 up; a
+  // peg of half-width 4.98 and length 24 resting on the hole's bottom (0.02 side clearance,
+  // below τ).
+  constexpr double kTau = 0.05;
+  const PartPtr block =
+      MakeCellSolid({-20, -5, 5, 20}, {-20, -5, 5, 20}, {0, 10, 30}, [](int i, int j, int k) {
+        return !(i == 1 && j == 1 && k == 1);
+      }).Part();
+  ASSERT_TRUE(block->mesh().IsClosed());
+  const PartPtr peg = MakeBox(Vec3(4.98, 4.98, 12)).Part();
+  const SweepObstacle o[] = {{block.get(), RigidTransform::Identity(), 1}};
+  FreeDirectionOptions opt;
+  opt.contact_mm = kTau;
+  const std::vector<FreeDirection> dirs = FreeDirections(*peg, At(Vec3(0, 0, 22)), o, opt);
+  ASSERT_EQ(dirs.size(), 12u);
+  for (const FreeDirection& f : dirs) {
+    const bool up = f.direction_W.z() > 0.99;
+    EXPECT_EQ(f.free, up) << f.label;
+    EXPECT_FALSE(f.undecided) << f.label;
+    if (!up) {
+      // Sideways: 0.02 of clearance plus τ; down: τ (bisection adds at most τ/4).
+      EXPECT_GT(f.blocked_at_mm, kTau) << f.label;
+      EXPECT_LE(f.blocked_at_mm, 0.02 + kTau + kTau / 4 + 1e-9) << f.label;
+      EXPECT_EQ(f.blocking_ids, std::vector<uint64_t>{1}) << f.label;
+    }
+  }
+  EXPECT_EQ(dirs[4].label, "+Z");
+  EXPECT_TRUE(dirs[4].free);
+}
+
+TEST(FreeDirections, BoxOnATableIsFreeUpAndSidewaysButNotDown) {
+  constexpr double kTau = 0.1;
+  const PartPtr table = MakeBox(Vec3(50, 50, 5), Vec3(0, 0, -5)).Part();
+  // Distinct principal axes (the box's x, y, z), turned 30 degrees about z on the table, so
+  // that P1 and P2 are horizontal directions other than the world's.
+  const PartPtr box = MakeBox(Vec3(4, 2.5, 1.5)).Part();
+  const SweepObstacle o[] = {{table.get(), RigidTransform::Identity(), 1}};
+  FreeDirectionOptions opt;
+  opt.contact_mm = kTau;
+  const RigidTransform X_WP{AxisAngle(kPi / 6, Vec3::UnitZ()), Vec3(0, 0, 1.5)};
+  const std::vector<FreeDirection> dirs = FreeDirections(*box, X_WP, o, opt);
+  ASSERT_EQ(dirs.size(), 12u);
+  for (const FreeDirection& f : dirs) {
+    const bool down = f.direction_W.z() < -0.99;
+    EXPECT_EQ(f.free, !down) << f.label;
+    if (down) {
+      EXPECT_NEAR(f.blocked_at_mm, kTau, kTau / 4 + 1e-9) << f.label;
+    }
+  }
+  // Principal axes: P1 along the box's x (the longest side), P3 along z.
+  EXPECT_EQ(dirs[6].label, "+P1");
+  EXPECT_NEAR(std::abs(dirs[6].direction_W.dot(X_WP.R.col(0))), 1.0, 1e-9);
+  EXPECT_NEAR(std::abs(dirs[10].direction_W.z()), 1.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace clash::geom
