@@ -160,7 +160,10 @@ Deepest DeepestInside(const std::vector<Candidate>& candidates, const RigidTrans
   for (const Candidate& c : candidates) {
     const Vec3 p_QC = X_QP * c.p_P;
     if (!q.bounds().Contains(p_QC)) continue;
-    const PointDistanceResult d = ClosestPoint(q, p_QC);
+    // Only a candidate deeper than the best so far matters: search within that depth first
+    // (cheap, the bound prunes), and for the full distance only when nothing is that close.
+    PointDistanceResult d = ClosestPoint(q, p_QC, best.depth);
+    if (!std::isfinite(d.distance)) d = ClosestPoint(q, p_QC);
     const Vec3 p_WC = X_WP * c.p_P;
     const bool deeper = d.distance > best.depth ||
                         (best.found && d.distance == best.depth && LexLess(p_WC, best.p_WP));
