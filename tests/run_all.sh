@@ -26,6 +26,9 @@ section "benchmark agreement checks (answers agree with FCL, Embree and OCCT; ti
 bench/compare build --benchmark_min_time=0.001 >build/bench-check.log 2>&1 \
   || { cat build/bench-check.log; exit 1; }
 tail -n 1 build/bench-check.log
+build/bench/clash_service_bench --check-only >build/service-bench-check.log 2>&1 \
+  || { cat build/service-bench-check.log; exit 1; }
+tail -n 1 build/service-bench-check.log
 
 section "tests"
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
