@@ -3,8 +3,10 @@
 # installs what is missing, builds, starts clashd on its embedded defaults (127.0.0.1:50051, data
 # in ./clashd-data of its working folder build/demo), generates the project's sample assembly,
 # imports it into a scene, checks it and prints the clash report (also written as JUnit XML),
+# validates the sample assembly sequence (client/sample_sequence.json) and prints its report,
 # then stops the server. Exit code 0 when the run went as expected: the sample holds exactly one
-# deliberate hard clash (a pin through the bracket), which the check must find.
+# deliberate hard clash (a pin through the bracket), which the check and the sequence's last
+# step must find.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -37,12 +39,18 @@ status=0
 ctl check "$scene" --clearance-mm 1 --all-classes --junit report.xml || status=$?
 echo "JUnit report: $run/report.xml"
 
+echo "== validating the sample assembly sequence ($root/client/sample_sequence.json)"
+seq_status=0
+ctl validate "$scene" "$root/client/sample_sequence.json" --junit sequence.xml || seq_status=$?
+echo "JUnit report: $run/sequence.xml"
+
 echo "== stopping clashd"
 kill -TERM "$pid"
 wait "$pid"
 trap - EXIT
-if [ "$status" -ne 1 ]; then
-  echo "demo: expected the check to find the sample's one hard clash (exit 1), got $status" >&2
+if [ "$status" -ne 1 ] || [ "$seq_status" -ne 1 ]; then
+  echo "demo: expected the check and the sequence to find the sample's deliberate pin clash" \
+       "(exit 1 each), got $status and $seq_status" >&2
   exit 1
 fi
-echo "demo: done (the hard clash reported above is the sample's deliberate one)"
+echo "demo: done (the hard clash and the blocked last step above are the sample's deliberate pin)"

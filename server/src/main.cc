@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
                  "Deadline of an import (worker wall-clock limit)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-sequence-seconds", config.max_sequence_seconds,
+                 "Deadline of a sequence validation when the client sets none or a later one")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--worker", config.worker_path,
                  "clash-cad-worker executable (default: next to clashd, or $CLASH_CAD_WORKER)");
   app.add_option("--import-memory-bytes", config.import_memory_bytes,

@@ -23,6 +23,7 @@
 #include "clash/v1/parts.grpc.pb.h"
 #include "clash/v1/queries.grpc.pb.h"
 #include "clash/v1/scenes.grpc.pb.h"
+#include "clash/v1/sequences.grpc.pb.h"
 #include "convert.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -33,13 +34,14 @@
 #include "part_store.h"
 #include "query_engine.h"
 #include "scene.h"
+#include "sequence_engine.h"
 #include "storage.h"
 
 namespace clash::server {
 namespace {
 
 constexpr const char* kServiceNames[] = {"clash.v1.PartService", "clash.v1.SceneService",
-                                         "clash.v1.QueryService"};
+                                         "clash.v1.QueryService", "clash.v1.SequenceService"};
 
 const char* CodeName(grpc::StatusCode code) {
   static constexpr const char* kNames[] = {"OK",
@@ -101,7 +103,8 @@ struct ClashServer::Impl {
         import_limiter("import", c.import_slots, c.import_queue),
         parts_service(this),
         scenes_service(this),
-        queries_service(this) {}
+        queries_service(this),
+        sequences_service(this) {}
 
   // Runs one RPC body: catches everything, logs one line, records metrics.
   template <class Body>
@@ -385,10 +388,33 @@ struct ClashServer::Impl {
     Impl* impl_;
   };
 
+  class SequencesService final : public v1::SequenceService::Service {
+   public:
+    explicit SequencesService(Impl* impl) : impl_(impl) {}
+    grpc::Status ValidateSequence(grpc::ServerContext* ctx,
+                                  const v1::ValidateSequenceRequest* request,
+                                  grpc::ServerWriter<v1::ValidateSequenceEvent>* writer) override {
+      return impl_->Serve(ctx, "ValidateSequence", [&] {
+        return impl_->RunQuery(
+            ctx, request->scene_id(),
+            [&](const Scene& scene, const StopCheck& stop) {
+              return RunSequence(scene, *request, stop,
+                                 [&](const v1::ValidateSequenceEvent& e) { writer->Write(e); });
+            },
+            impl_->config.max_sequence_seconds);
+      });
+    }
+
+   private:
+    Impl* impl_;
+  };
+
   // Runs a read-only query on a scene under the query limiter and the call's deadline.
   template <class Fn>
-  absl::Status RunQuery(grpc::ServerContext* ctx, const std::string& scene_id, Fn&& fn) {
-    const absl::Time deadline = CallDeadline(ctx, config.max_query_seconds);
+  absl::Status RunQuery(grpc::ServerContext* ctx, const std::string& scene_id, Fn&& fn,
+                        double max_seconds = 0) {
+    const absl::Time deadline =
+        CallDeadline(ctx, max_seconds > 0 ? max_seconds : config.max_query_seconds);
     const StopCheck stop = MakeStop(ctx, deadline);
     CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, GetScene(scene_id));
     CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, query_limiter.Acquire(stop));
@@ -427,6 +453,7 @@ struct ClashServer::Impl {
   PartsService parts_service;
   ScenesService scenes_service;
   QueriesService queries_service;
+  SequencesService sequences_service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MetricsHttpServer> metrics_http;
   int port = 0;
@@ -740,6 +767,7 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   builder.RegisterService(&impl->parts_service);
   builder.RegisterService(&impl->scenes_service);
   builder.RegisterService(&impl->queries_service);
+  builder.RegisterService(&impl->sequences_service);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));

@@ -35,6 +35,7 @@ struct ServerConfig {
   /// Server-side deadline when the client sends none (or a later one), per kind of call.
   double max_query_seconds = 60;
   double max_import_seconds = 300;
+  double max_sequence_seconds = 600;
   /// Import worker limits (see clash::cad::IsolationLimits); "" finds clash-cad-worker.
   std::string worker_path;
   std::size_t import_memory_bytes = std::size_t{4} << 30;

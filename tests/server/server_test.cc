@@ -672,6 +672,75 @@ TEST_F(ServerTest, FullImportQueueIsResourceExhaustedAtOnce) {
   first->Finish();
 }
 
+// A peg lowered through a tube: a narrow one passes, a wide one is blocked where it reaches the
+// tube's top face; the stream carries progress, one result per step and the summary.
+TEST_F(ServerTest, SequencesAreValidatedContinuouslyAndStreamed) {
+  const std::string tube = Upload(testing::MakeTube(5, 20, 10, 32), "tube");
+  const std::string narrow = Upload(MakeBox(Vec3(3, 3, 20)), "narrow peg");  // corner 4.24 < 4.98
+  const std::string wide = Upload(MakeBox(Vec3(4, 4, 20)), "wide peg");      // corner 5.66 > 5
+  const std::string scene = NewScene();
+  Place(scene, tube, RigidTransform::Identity(), "tube");
+  Place(scene, narrow, RigidTransform::Identity(), "narrow");
+  // The wide peg goes into a second tube, away from the first.
+  Place(scene, tube, RigidTransform::Translation(Vec3(100, 0, 0)), "tube2");
+  Place(scene, wide, RigidTransform::Translation(Vec3(100, 0, 0)), "wide");
+  v1::ValidateSequenceRequest req;
+  req.set_scene_id(scene);
+  req.mutable_tolerances()->set_contact_tolerance_mm(0.01);
+  req.set_clearance_profile(true);
+  for (const char* path : {"narrow", "wide"}) {
+    v1::SequenceStep* step = req.add_steps();
+    step->set_name(path);
+    step->mutable_moving()->add_path_prefixes(path);
+    step->mutable_motion()->mutable_linear()->mutable_direction()->set_z(-2);  // not unit
+    step->mutable_motion()->mutable_linear()->set_distance_mm(60);
+  }
+  int progress = 0;
+  auto report = client_->ValidateSequence(
+      req, [&](const v1::ValidateSequenceEvent& e) { progress += e.has_progress(); });
+  ASSERT_THAT(report.status(), IsOk());
+  EXPECT_GE(progress, 2);
+  ASSERT_EQ(report->steps.size(), 2u);
+  const v1::StepResult& ok = report->steps[0];
+  EXPECT_TRUE(ok.ok());
+  EXPECT_EQ(ok.first_contact_t(), -1);
+  // The peg's corner edge (radius 3√2) passes the 32-gon hole (radius 5 at its vertices).
+  EXPECT_GE(ok.min_clearance_mm(), 5 * std::cos(M_PI / 32) - 3 * std::sqrt(2.0) - 1e-9);
+  EXPECT_LE(ok.min_clearance_mm(), 5 - 3 * std::sqrt(2.0) + 1e-9);
+  EXPECT_FALSE(ok.profile().empty());
+  const v1::StepResult& blocked = report->steps[1];
+  EXPECT_FALSE(blocked.ok());
+  // The peg's bottom starts at z = 40 and meets the tube's top (z = 5) after 35 of 60 mm.
+  EXPECT_NEAR(blocked.blocked_t(), 35.0 / 60.0, 0.01);
+  ASSERT_EQ(blocked.blockers_size(), 1);
+  EXPECT_EQ(blocked.blockers(0).path(), "tube2");
+  EXPECT_EQ(blocked.blockers(0).clash_class(), v1::HARD);
+  EXPECT_EQ(report->summary.steps_blocked(), 1);
+  EXPECT_EQ(report->summary.first_blocked_step(), 1);
+
+  // Bad requests.
+  v1::ValidateSequenceRequest bad = req;
+  bad.mutable_steps(1)->mutable_moving()->set_path_prefixes(0, "narrow");
+  EXPECT_THAT(client_->ValidateSequence(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "moved by steps 1 and 2"));
+  bad = req;
+  bad.mutable_steps(0)->mutable_moving()->set_path_prefixes(0, "nothing/here");
+  EXPECT_THAT(client_->ValidateSequence(bad).status(),
+              StatusIs(absl::StatusCode::kNotFound, "nothing/here"));
+  bad = req;
+  bad.mutable_steps(0)->mutable_motion()->mutable_linear()->mutable_direction()->set_z(0);
+  EXPECT_THAT(client_->ValidateSequence(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "direction"));
+  bad = req;
+  bad.mutable_steps(0)->clear_moving();
+  EXPECT_THAT(client_->ValidateSequence(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "moves nothing"));
+  bad = req;
+  bad.set_scene_id("s" + std::string(32, '9'));
+  EXPECT_THAT(client_->ValidateSequence(bad).status(),
+              StatusIs(absl::StatusCode::kNotFound, "scene"));
+}
+
 TEST(WorkLimiterTest, QueuesUpToItsBoundThenRefuses) {
   WorkLimiter limiter("test", 1, 1);
   auto a = limiter.Acquire({});

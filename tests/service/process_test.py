@@ -127,6 +127,23 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(len(pairs(check, "CLEARANCE")), 0,
                          "bolt shanks already touch (contact) their nuts; holes are 0.5 mm off")
 
+        # The sample sequence: bracket, bolts, nuts screwed on (thread allowed) pass; the pin
+        # pressed in from above is blocked by the bracket where its tip reaches the bracket's top
+        # (35 of 60 mm).
+        junit = os.path.join(self.tmp, "sequence.xml")
+        code, out = ctl(self.server, "--json", "validate", scene, ARGS.sequence, "--junit", junit)
+        self.assertEqual(code, 1, "a blocked step makes clashctl exit 1")
+        seq = json.loads(out)
+        self.assertEqual([s["ok"] for s in seq["steps"]], [True] * 5 + [False])
+        last = seq["steps"][5]
+        self.assertAlmostEqual(last["blocked_t"], 35 / 60, delta=0.02)
+        self.assertEqual([b["path"] for b in last["blockers"]], ["sample/bracket"])
+        self.assertTrue(any("thread" in x for x in seq["steps"][3]["suppressed"]))
+        import xml.dom.minidom
+        doc = xml.dom.minidom.parse(junit)
+        self.assertEqual(len(doc.getElementsByTagName("testcase")), 6)
+        self.assertEqual(len(doc.getElementsByTagName("failure")), 1)
+
         # Without the pin the assembly passes; a nut inside the solid bracket is CONTAINED.
         pin = by_path["sample/pin"]["instance_id"]
         ctl(self.server, "disable", scene, str(pin))
@@ -189,5 +206,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin-dir", required=True)
     parser.add_argument("--data", default="")
+    parser.add_argument("--sequence", required=True, help="client/sample_sequence.json")
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest)

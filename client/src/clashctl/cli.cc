@@ -522,6 +522,62 @@ int RunCheck(Session& s, const CheckArgs& a) {
   return CheckExitCode(*response);
 }
 
+// ---------------------------------------------------------------------------------------------
+// validate
+
+struct ValidateArgs {
+  std::string scene;
+  std::string file;
+  bool keep_going = false;
+  bool profile = false;
+  bool free_directions = false;
+  std::string junit;
+};
+
+int RunValidate(Session& s, const ValidateArgs& a) {
+  absl::StatusOr<std::string> text = ReadFile(a.file);
+  if (!text.ok()) return s.Usage(text.status());
+  // The sequence file is the request message in proto3 JSON (README, "Sequence files").
+  v1::ValidateSequenceRequest request;
+  google::protobuf::util::JsonParseOptions parse;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(*text, &request, parse);
+  if (!parsed.ok()) {
+    return s.Usage(absl::StrCat(a.file, ": not a sequence file: ", parsed.message().as_string()));
+  }
+  request.set_scene_id(a.scene);
+  if (a.keep_going) request.set_continue_after_blocked(true);
+  if (a.profile) request.set_clearance_profile(true);
+  if (a.free_directions) request.set_free_directions(true);
+  const bool bar = s.progress() && s.err_is_tty();
+  auto report = s.client().ValidateSequence(request, [&](const v1::ValidateSequenceEvent& e) {
+    if (!bar || !e.has_progress()) return;
+    const v1::SequenceProgress& p = e.progress();
+    s.err() << absl::StrFormat("\rstep %d/%d  t=%.3f   ", p.step_index() + 1, p.step_count(), p.t())
+            << std::flush;
+  });
+  if (bar) s.err() << "\r" << std::string(40, ' ') << "\r" << std::flush;
+  if (!report.ok()) return s.Failed(report.status());
+  if (s.json()) {
+    nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+    for (const v1::StepResult& step : report->steps) steps.push_back(ToJsonValue(step));
+    s.out() << nlohmann::ordered_json{{"steps", steps}, {"summary", ToJsonValue(report->summary)}}
+                   .dump(2)
+            << "\n";
+  } else if (s.human()) {
+    s.out() << FormatSequence(report->steps, report->summary);
+  }
+  if (!a.junit.empty()) {
+    std::ofstream file(a.junit, std::ios::binary | std::ios::trunc);
+    file << SequenceJunitReport(a.scene, report->steps, report->summary);
+    file.close();
+    if (!file) {
+      s.err() << "clashctl: cannot write " << a.junit << "\n";
+      return kExitUsage;
+    }
+  }
+  return report->summary.steps_blocked() > 0 ? kExitFound : kExitOk;
+}
+
 struct DistanceArgs {
   std::string scene;
   std::string a;
@@ -743,6 +799,24 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   check_cmd->add_flag("--all-classes", check_args.all_classes, "list CONTACT rows too");
   check_cmd->add_option("--junit", check_args.junit, "also write a JUnit XML report to FILE");
   on_run(check_cmd, [&] { return RunCheck(session, check_args); });
+
+  ValidateArgs validate_args;
+  CLI::App* validate_cmd = app.add_subcommand(
+      "validate",
+      "validate an assembly sequence (ValidateSequence); exit 1 when a step is blocked");
+  validate_cmd->add_option("SCENE_ID", validate_args.scene)->required();
+  validate_cmd
+      ->add_option("SEQUENCE_JSON", validate_args.file,
+                   "sequence file: a ValidateSequenceRequest in proto3 JSON (see README)")
+      ->required();
+  validate_cmd->add_flag("--continue", validate_args.keep_going,
+                         "go on after a blocked step and report every step");
+  validate_cmd->add_flag("--profile", validate_args.profile, "record clearance against t");
+  validate_cmd->add_flag("--free-directions", validate_args.free_directions,
+                         "test escape directions of blocked steps");
+  validate_cmd->add_option("--junit", validate_args.junit,
+                           "also write a JUnit XML report (one test case per step) to FILE");
+  on_run(validate_cmd, [&] { return RunValidate(session, validate_args); });
 
   DistanceArgs distance_args;
   CLI::App* distance_cmd =

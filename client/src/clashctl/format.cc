@@ -1,6 +1,7 @@
 #include "clashctl/format.h"
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <utility>
 
@@ -476,6 +477,81 @@ std::string ProgressLine(uint64_t sent, uint64_t total, double seconds) {
   return absl::StrFormat("[%s%s] %3d%%  %.1f/%.1f MB  %.1f MB/s", std::string(filled, '#'),
                          std::string(kWidth - filled, '-'), static_cast<int>(fraction * 100),
                          static_cast<double>(sent) / 1e6, static_cast<double>(total) / 1e6, rate);
+}
+
+namespace {
+
+std::string StepBlockers(const v1::StepResult& step) {
+  std::vector<std::string> parts;
+  for (const v1::Blocker& b : step.blockers()) {
+    parts.push_back(absl::StrCat(b.path(), " (", v1::ClashClass_Name(b.clash_class()), ")"));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string StepName(const v1::StepResult& step) {
+  return step.name().empty() ? absl::StrCat("step ", step.step_index() + 1) : step.name();
+}
+
+}  // namespace
+
+std::string FormatSequence(const std::vector<v1::StepResult>& steps,
+                           const v1::SequenceSummary& summary) {
+  std::string out = absl::StrFormat("%-4s %-28s %-8s %9s %9s %12s  %s\n", "#", "step", "result",
+                                    "blocked t", "contact t", "clearance mm", "blocking / closest");
+  for (const v1::StepResult& step : steps) {
+    const std::string contact =
+        step.first_contact_t() < 0 ? "-" : absl::StrFormat("%.4f", step.first_contact_t());
+    const std::string clearance = std::isfinite(step.min_clearance_mm())
+                                      ? absl::StrFormat("%.3f", step.min_clearance_mm())
+                                      : std::string("-");
+    absl::StrAppendFormat(&out, "%-4d %-28s %-8s %9s %9s %12s  %s\n", step.step_index() + 1,
+                          StepName(step), step.ok() ? "ok" : "BLOCKED",
+                          step.ok() ? "-" : absl::StrFormat("%.4f", step.blocked_t()), contact,
+                          clearance, step.ok() ? step.min_clearance_path() : StepBlockers(step));
+    for (const v1::FreeDirection& d : step.free_directions()) {
+      absl::StrAppendFormat(&out, "       escape %-4s %s (%.1f mm)\n", d.name(),
+                            d.free() ? "free" : "blocked", d.distance_mm());
+    }
+  }
+  absl::StrAppendFormat(
+      &out,
+      "%d steps: %d ok, %d blocked, %d not run; first blocked: %s; contact "
+      "tolerance %s, clearance %.3f mm\n",
+      summary.steps(), summary.steps_ok(), summary.steps_blocked(), summary.steps_skipped(),
+      summary.first_blocked_step() < 0 ? std::string("none")
+                                       : absl::StrCat("step ", summary.first_blocked_step() + 1),
+      summary.tolerances().has_contact_tolerance_mm()
+          ? absl::StrFormat("%.3f mm", summary.tolerances().contact_tolerance_mm())
+          : std::string("per pair (sum of deflections)"),
+      summary.tolerances().clearance_mm());
+  return out;
+}
+
+std::string SequenceJunitReport(std::string_view scene_id, const std::vector<v1::StepResult>& steps,
+                                const v1::SequenceSummary& summary) {
+  std::string cases;
+  for (const v1::StepResult& step : steps) {
+    absl::StrAppend(&cases, "    <testcase classname=\"sequence\" name=\"",
+                    XmlEscape(absl::StrCat(step.step_index() + 1, " ", StepName(step))), "\"");
+    if (step.ok()) {
+      absl::StrAppend(&cases, "/>\n");
+    } else {
+      absl::StrAppend(&cases, ">\n      <failure message=\"",
+                      XmlEscape(absl::StrCat("blocked at t=", step.blocked_t())), "\">",
+                      XmlEscape(StepBlockers(step)), "</failure>\n    </testcase>\n");
+    }
+  }
+  for (int i = static_cast<int>(steps.size()); i < summary.steps(); ++i) {
+    absl::StrAppend(&cases, "    <testcase classname=\"sequence\" name=\"step ", i + 1,
+                    "\">\n      <skipped message=\"not run after a blocked step\"/>\n"
+                    "    </testcase>\n");
+  }
+  const std::string suite = XmlEscape(absl::StrCat("sequence ", std::string(scene_id)));
+  return absl::StrCat(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"", suite,
+      "\" tests=\"", summary.steps(), "\" failures=\"", summary.steps_blocked(), "\" skipped=\"",
+      summary.steps_skipped(), "\">\n", cases, "  </testsuite>\n</testsuites>\n");
 }
 
 }  // namespace clash::clashctl

@@ -12,6 +12,7 @@
 #include "clash/v1/parts.pb.h"
 #include "clash/v1/queries.pb.h"
 #include "clash/v1/scenes.pb.h"
+#include "clash/v1/sequences.pb.h"
 #include "google/protobuf/message.h"
 #include "nlohmann/json.hpp"
 
@@ -21,7 +22,8 @@ namespace clash::clashctl {
 enum ExitCode : int {
   /// Success.
   kExitOk = 0,
-  /// `check` found unsuppressed HARD or CONTAINED clashes; `health` is not SERVING.
+  /// `check` found unsuppressed HARD or CONTAINED clashes; `validate` found a blocked step;
+  /// `health` is not SERVING.
   kExitFound = 1,
   /// Bad command line (or an input file that cannot be read, an output file not written).
   kExitUsage = 2,
@@ -102,6 +104,16 @@ class Table {
                                          double max_distance_mm);
 /// One row per ray: hit, instance, path, part, face, point, normal, distance.
 [[nodiscard]] std::string FormatPicks(const v1::PickResponse& response);
+
+/// One row per step (index, name, OK/BLOCKED, blocked t, first contact t, min clearance and
+/// where, blockers), then a summary line.
+[[nodiscard]] std::string FormatSequence(const std::vector<v1::StepResult>& steps,
+                                         const v1::SequenceSummary& summary);
+/// The JUnit XML report of a sequence: testsuite "sequence <scene_id>", one testcase per step
+/// (failing when blocked, naming the blockers; skipped when not run).
+[[nodiscard]] std::string SequenceJunitReport(std::string_view scene_id,
+                                              const std::vector<v1::StepResult>& steps,
+                                              const v1::SequenceSummary& summary);
 
 /// "[#####-----]  50%  4.0/8.0 MB  2.0 MB/s" for an upload `seconds` after it started.
 [[nodiscard]] std::string ProgressLine(uint64_t sent, uint64_t total, double seconds);

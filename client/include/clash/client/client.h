@@ -14,6 +14,7 @@
 #include "clash/v1/parts.grpc.pb.h"
 #include "clash/v1/queries.grpc.pb.h"
 #include "clash/v1/scenes.grpc.pb.h"
+#include "clash/v1/sequences.grpc.pb.h"
 #include "grpcpp/channel.h"
 
 namespace clash::client {
@@ -82,6 +83,18 @@ class Client {
       const v1::DistanceRequest& request);
   [[nodiscard]] absl::StatusOr<v1::PickResponse> PickRays(const v1::PickRequest& request);
 
+  // Sequences.
+  /// Everything ValidateSequence streamed: one result per step run, and the summary.
+  struct SequenceReport {
+    std::vector<v1::StepResult> steps;
+    v1::SequenceSummary summary;
+  };
+  /// Validates a sequence; `on_event` (optional) sees every streamed event as it arrives
+  /// (progress bars). Not retried. Deadline: the query timeout.
+  [[nodiscard]] absl::StatusOr<SequenceReport> ValidateSequence(
+      const v1::ValidateSequenceRequest& request,
+      const std::function<void(const v1::ValidateSequenceEvent&)>& on_event = {});
+
   /// grpc.health.v1 status of `service` ("" for the whole server).
   [[nodiscard]] absl::StatusOr<Health> CheckHealth(const std::string& service = "");
 
@@ -98,6 +111,7 @@ class Client {
   std::unique_ptr<v1::PartService::Stub> parts_;
   std::unique_ptr<v1::SceneService::Stub> scenes_;
   std::unique_ptr<v1::QueryService::Stub> queries_;
+  std::unique_ptr<v1::SequenceService::Stub> sequences_;
 };
 
 /// The absl status of a gRPC status (same code and message).

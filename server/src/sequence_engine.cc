@@ -1,0 +1,351 @@
+#include "sequence_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "clash/geom/motion.h"
+#include "clash/geom/status_macros.h"
+#include "clash/geom/sweep.h"
+#include "convert.h"
+
+namespace clash::server {
+namespace {
+
+using geom::RigidTransform;
+using geom::Vec3;
+
+RigidTransform AxisMotion(const Vec3& c, const Vec3& a, double angle, double advance) {
+  const geom::Mat3 R = Eigen::AngleAxisd(angle, a).toRotationMatrix();
+  // p -> R (p - c) + c + advance a
+  return {R, c - R * c + advance * a};
+}
+
+absl::StatusOr<Vec3> UnitAxis(const v1::Vec3& v, const std::string& what) {
+  const Vec3 a = FromProto(v);
+  const double n = a.norm();
+  if (!a.allFinite() || !(n > 0) || !std::isfinite(n)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be finite and non-zero"));
+  }
+  return Vec3(a / n);
+}
+
+// The motion that ends at X_installed.
+absl::StatusOr<geom::Motion> MakeMotion(const v1::Motion& m, const RigidTransform& X_installed,
+                                        const std::string& what) {
+  switch (m.kind_case()) {
+    case v1::Motion::kLinear: {
+      CLASH_ASSIGN_OR_RETURN(Vec3 d, UnitAxis(m.linear().direction(), what + ": direction"));
+      const double L = m.linear().distance_mm();
+      if (!std::isfinite(L) || L < 0) {
+        return absl::InvalidArgumentError(what + ": distance_mm must be finite and >= 0");
+      }
+      return geom::Motion::Linear(RigidTransform::Translation(-L * d) * X_installed, d, L);
+    }
+    case v1::Motion::kRotation:
+    case v1::Motion::kScrew: {
+      const bool screw = m.kind_case() == v1::Motion::kScrew;
+      const v1::Vec3& axis = screw ? m.screw().axis() : m.rotation().axis();
+      const Vec3 c = FromProto(screw ? m.screw().axis_point_mm() : m.rotation().axis_point_mm());
+      const double angle = screw ? m.screw().angle_rad() : m.rotation().angle_rad();
+      const double pitch = screw ? m.screw().pitch_mm() : 0.0;
+      CLASH_ASSIGN_OR_RETURN(Vec3 a, UnitAxis(axis, what + ": axis"));
+      if (!c.allFinite() || !std::isfinite(angle) || !std::isfinite(pitch)) {
+        return absl::InvalidArgumentError(what + ": axis point, angle and pitch must be finite");
+      }
+      const double advance = angle / (2 * std::numbers::pi) * pitch;
+      const RigidTransform X0 = AxisMotion(c, a, -angle, -advance) * X_installed;
+      if (screw) return geom::Motion::Screw(X0, c, a, angle, pitch);
+      return geom::Motion::Rotation(X0, c, a, angle);
+    }
+    case v1::Motion::kPath: {
+      std::vector<geom::Keyframe> keys;
+      for (int i = 0; i < m.path().keyframes_size(); ++i) {
+        const auto& k = m.path().keyframes(i);
+        CLASH_ASSIGN_OR_RETURN(RigidTransform K,
+                               PoseFromProto(k.offset(), absl::StrCat(what, ": keyframe ", i)));
+        keys.push_back({k.t(), K * X_installed});
+      }
+      if (!keys.empty()) {
+        const RigidTransform& last = keys.back().X_WP;
+        if ((last.t - X_installed.t).norm() > 1e-6 ||
+            (last.R - X_installed.R).cwiseAbs().maxCoeff() > 1e-6) {
+          return absl::InvalidArgumentError(
+              what + ": the last keyframe must be the installed pose (identity offset)");
+        }
+      }
+      return geom::Motion::Keyframes(keys);
+    }
+    case v1::Motion::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(what + ": no motion given");
+}
+
+struct Rule {
+  std::string name;
+  absl::flat_hash_set<uint64_t> a;
+  absl::flat_hash_set<uint64_t> b;
+  bool within_a = true;
+  bool Covers(uint64_t x, uint64_t y) const {
+    if (within_a) return a.contains(x) && a.contains(y);
+    return (a.contains(x) && b.contains(y)) || (b.contains(x) && a.contains(y));
+  }
+};
+
+absl::Status AddRules(const Scene& scene,
+                      const google::protobuf::RepeatedPtrField<v1::AllowedInterference>& in,
+                      std::vector<Rule>* out) {
+  for (const v1::AllowedInterference& r : in) {
+    Rule rule;
+    rule.name = r.name();
+    CLASH_ASSIGN_OR_RETURN(auto a, SelectInstances(scene, r.a()));
+    for (const InstanceRec* rec : a) rule.a.insert(rec->id);
+    rule.within_a = !r.has_b();
+    if (r.has_b()) {
+      CLASH_ASSIGN_OR_RETURN(auto b, SelectInstances(scene, r.b()));
+      for (const InstanceRec* rec : b) rule.b.insert(rec->id);
+    }
+    out->push_back(std::move(rule));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& request,
+                         const StopCheck& stop,
+                         const std::function<void(const v1::ValidateSequenceEvent&)>& emit) {
+  const v1::Tolerances& tol = request.tolerances();
+  if (tol.has_contact_tolerance_mm() &&
+      !(std::isfinite(tol.contact_tolerance_mm()) && tol.contact_tolerance_mm() >= 0)) {
+    return absl::InvalidArgumentError("contact_tolerance_mm must be finite and >= 0");
+  }
+  if (!(std::isfinite(tol.clearance_mm()) && tol.clearance_mm() >= 0)) {
+    return absl::InvalidArgumentError("clearance_mm must be finite and >= 0");
+  }
+  if (request.steps().empty()) return absl::InvalidArgumentError("the sequence has no step");
+
+  // Which step moves each instance.
+  const int n = request.steps_size();
+  std::vector<std::vector<const InstanceRec*>> movers(static_cast<std::size_t>(n));
+  absl::flat_hash_map<uint64_t, int> step_of;
+  for (int k = 0; k < n; ++k) {
+    const v1::SequenceStep& step = request.steps(k);
+    if (step.moving().instance_ids().empty() && step.moving().groups().empty() &&
+        step.moving().path_prefixes().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", k + 1, " moves nothing"));
+    }
+    CLASH_ASSIGN_OR_RETURN(movers[k], SelectInstances(scene, step.moving()));
+    if (movers[k].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", k + 1, " moves no enabled instance"));
+    }
+    for (const InstanceRec* rec : movers[k]) {
+      if (!step_of.emplace(rec->id, k).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(rec->path, " is moved by steps ", step_of[rec->id] + 1, " and ", k + 1));
+      }
+    }
+  }
+  absl::flat_hash_map<uint64_t, RigidTransform> staged;
+  for (int i = 0; i < request.staged_size(); ++i) {
+    CLASH_ASSIGN_OR_RETURN(
+        RigidTransform X, PoseFromProto(request.staged(i).pose(), absl::StrCat("staged[", i, "]")));
+    CLASH_ASSIGN_OR_RETURN(auto recs, SelectInstances(scene, request.staged(i).instances()));
+    for (const InstanceRec* rec : recs) staged[rec->id] = X;
+  }
+  std::vector<Rule> global_rules;
+  CLASH_RETURN_IF_ERROR(AddRules(scene, request.allowed(), &global_rules));
+
+  v1::SequenceSummary summary;
+  summary.set_steps(n);
+  summary.set_first_blocked_step(-1);
+  summary.set_scene_version(scene.version);
+  *summary.mutable_tolerances() = tol;
+  for (int k = 0; k < n; ++k) {
+    CLASH_RETURN_IF_ERROR(stop());
+    const v1::SequenceStep& step = request.steps(k);
+    {
+      v1::ValidateSequenceEvent e;
+      e.mutable_progress()->set_step_index(k);
+      e.mutable_progress()->set_step_count(n);
+      emit(e);
+    }
+    std::vector<Rule> rules = global_rules;
+    CLASH_RETURN_IF_ERROR(AddRules(scene, step.allowed(), &rules));
+    // What stands while step k runs: instances no step moves, those of earlier steps, and staged
+    // ones of later steps at their staging poses.
+    struct Standing {
+      const InstanceRec* rec;
+      RigidTransform X;
+    };
+    std::vector<Standing> standing;
+    double max_deflection = 0;
+    for (const auto& [id, rec] : scene.instances) {
+      if (!rec.enabled) continue;
+      auto it = step_of.find(id);
+      if (it != step_of.end() && it->second == k) continue;
+      if (it != step_of.end() && it->second > k) {
+        auto st = staged.find(id);
+        if (st == staged.end()) continue;
+        standing.push_back({&rec, st->second});
+      } else {
+        standing.push_back({&rec, rec.X_WP});
+      }
+      max_deflection = std::max(max_deflection, rec.part->deflection_mm);
+    }
+
+    v1::StepResult result;
+    result.set_step_index(k);
+    result.set_name(step.name());
+    result.set_ok(true);
+    result.set_blocked_t(1.0);
+    result.set_first_contact_t(-1);
+    result.set_min_clearance_mm(std::numeric_limits<double>::infinity());
+    double best_blocked = 2.0;
+    for (const InstanceRec* m : movers[k]) {
+      result.add_moving_paths(m->path);
+      CLASH_ASSIGN_OR_RETURN(
+          geom::Motion motion,
+          MakeMotion(step.motion(), m->X_WP, absl::StrCat("step ", k + 1, " (", m->path, ")")));
+      std::vector<geom::SweepObstacle> obstacles;
+      absl::flat_hash_map<uint64_t, const InstanceRec*> by_id;
+      for (const Standing& s : standing) {
+        const Rule* covered = nullptr;
+        for (const Rule& r : rules) {
+          if (r.Covers(m->id, s.rec->id)) {
+            covered = &r;
+            break;
+          }
+        }
+        if (covered != nullptr) {
+          result.add_suppressed(
+              absl::StrCat(m->path, " / ", s.rec->path, " (", covered->name, ")"));
+          continue;
+        }
+        obstacles.push_back({s.rec->part->geom.get(), s.X, s.rec->id});
+        by_id[s.rec->id] = s.rec;
+      }
+      geom::SweepOptions options;
+      options.contact_mm = tol.has_contact_tolerance_mm()
+                               ? tol.contact_tolerance_mm()
+                               : std::max(m->part->deflection_mm + max_deflection,
+                                          1e-6 * m->part->geom->bounds().Diagonal());
+      options.clearance_mm = tol.clearance_mm();
+      options.profile = request.clearance_profile();
+      absl::Status stopped;
+      const geom::SweepResult r = geom::Sweep(*m->part->geom, motion, obstacles, options, [&] {
+        stopped = stop();
+        return !stopped.ok();
+      });
+      CLASH_RETURN_IF_ERROR(stopped);
+      result.set_distance_queries(result.distance_queries() + r.distance_queries);
+      if (r.first_touch_t >= 0 &&
+          (result.first_contact_t() < 0 || r.first_touch_t < result.first_contact_t())) {
+        result.set_first_contact_t(r.first_touch_t);
+      }
+      if (r.min_distance < result.min_clearance_mm()) {
+        result.set_min_clearance_mm(r.min_distance);
+        result.set_min_clearance_t(r.t_min_distance);
+        auto it = by_id.find(r.min_distance_id);
+        result.set_min_clearance_path(it == by_id.end() ? std::string() : it->second->path);
+      }
+      if (options.profile && result.profile().empty()) {
+        for (const auto& [t, d] : r.profile) {
+          v1::ProfileSample* p = result.add_profile();
+          p->set_t(t);
+          p->set_distance_mm(d);
+        }
+      }
+      if (r.exhausted && !r.blocked) {
+        // Not proven free: counted as blocked, and said so.
+        result.set_undecided(true);
+        result.set_ok(false);
+      }
+      if (r.blocked && r.t_contact < best_blocked) {
+        best_blocked = r.t_contact;
+        result.set_ok(false);
+        result.set_blocked_t(r.t_contact);
+        ToProto(r.X_contact, result.mutable_blocked_pose());
+        result.clear_blockers();
+        for (std::size_t i = 0; i < r.blocking_ids.size(); ++i) {
+          const uint64_t id = r.blocking_ids[i];
+          v1::Blocker* b = result.add_blockers();
+          b->set_instance_id(id);
+          auto it = by_id.find(id);
+          if (it != by_id.end()) b->set_path(it->second->path);
+          b->set_clash_class(i < r.blocking_classes.size() &&
+                                     r.blocking_classes[i] == geom::ClashClass::kContained
+                                 ? v1::CONTAINED
+                                 : v1::HARD);
+          ToProto(r.p_contact_W, b->mutable_point_mm());
+          b->set_moving_path(m->path);
+        }
+      }
+    }
+    if (request.all_free_directions() || (request.free_directions() && !result.ok())) {
+      // Escape directions of the first moving instance from its installed pose.
+      const InstanceRec* m = movers[k].front();
+      std::vector<geom::SweepObstacle> obstacles;
+      for (const Standing& s : standing) {
+        obstacles.push_back({s.rec->part->geom.get(), s.X, s.rec->id});
+      }
+      geom::FreeDirectionOptions fo;
+      fo.contact_mm = tol.has_contact_tolerance_mm()
+                          ? tol.contact_tolerance_mm()
+                          : std::max(m->part->deflection_mm + max_deflection,
+                                     1e-6 * m->part->geom->bounds().Diagonal());
+      absl::Status stopped;
+      const auto dirs = geom::FreeDirections(*m->part->geom, m->X_WP, obstacles, fo, [&] {
+        stopped = stop();
+        return !stopped.ok();
+      });
+      CLASH_RETURN_IF_ERROR(stopped);
+      const double tested =
+          fo.distance_mm > 0 ? fo.distance_mm : 1.5 * m->part->geom->bounds().Diagonal();
+      for (const geom::FreeDirection& d : dirs) {
+        v1::FreeDirection* out = result.add_free_directions();
+        out->set_name(d.label);
+        ToProto(d.direction_W, out->mutable_direction());
+        out->set_free(d.free);
+        out->set_distance_mm(d.free ? tested : d.blocked_at_mm);
+      }
+    }
+    result.set_clearance_violated(tol.clearance_mm() > 0 &&
+                                  result.min_clearance_mm() < tol.clearance_mm());
+    {
+      v1::ValidateSequenceEvent e;
+      e.mutable_progress()->set_step_index(k);
+      e.mutable_progress()->set_step_count(n);
+      e.mutable_progress()->set_t(result.ok() ? 1.0 : result.blocked_t());
+      emit(e);
+    }
+    if (result.ok()) {
+      summary.set_steps_ok(summary.steps_ok() + 1);
+    } else {
+      summary.set_steps_blocked(summary.steps_blocked() + 1);
+      if (summary.first_blocked_step() < 0) summary.set_first_blocked_step(k);
+    }
+    const bool stop_here = !result.ok() && !request.continue_after_blocked();
+    v1::ValidateSequenceEvent e;
+    *e.mutable_step() = std::move(result);
+    emit(e);
+    if (stop_here) {
+      summary.set_steps_skipped(n - k - 1);
+      break;
+    }
+  }
+  v1::ValidateSequenceEvent e;
+  *e.mutable_summary() = std::move(summary);
+  emit(e);
+  return absl::OkStatus();
+}
+
+}  // namespace clash::server

@@ -1,0 +1,22 @@
+// Sequence validation on one scene (DESIGN.md §6): for each step, the moving instances swept
+// continuously along their motion against the instances standing at that point.
+#pragma once
+
+#include <functional>
+
+#include "absl/status/status.h"
+#include "clash/v1/sequences.pb.h"
+#include "query_engine.h"
+#include "scene.h"
+
+namespace clash::server {
+
+/// Runs the sequence; `emit` receives progress, one StepResult per step run, then the summary.
+/// The caller holds the scene's mutex shared. Errors: NOT_FOUND (unknown instances, groups or
+/// paths), INVALID_ARGUMENT (bad motions or tolerances, an instance moved by two steps, a step
+/// moving nothing), and `stop`'s status.
+[[nodiscard]] absl::Status RunSequence(
+    const Scene& scene, const v1::ValidateSequenceRequest& request, const StopCheck& stop,
+    const std::function<void(const v1::ValidateSequenceEvent&)>& emit);
+
+}  // namespace clash::server
