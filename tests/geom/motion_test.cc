@@ -148,9 +148,11 @@ TEST(Motion, KeyframeSlerpTakesTheShorterArc) {
 TEST(Motion, MaxTravelBoundsSampledTravelAndIsNotLoose) {
   std::mt19937 rng = SeededRng(502);
   const int trials = Trials(400);
-  // Sampling finds at most the true maximum; for linear and rotation the bound is at most
-  // 1.19x the truth (min(Δ, 2) against 2 sin(Δ/2)), and the sampling of 64 directions x 64
-  // parameters loses a few percent more: 2x is the stated limit.
+  // Sampling finds at most the true maximum; for linear, rotation and screw motions the bound
+  // is at most 1.19x the truth (min(Δ, 2) against 2 sin(Δ/2)), and the sampling of 64 points
+  // x 257 parameters loses a few percent more: 2x is the stated limit. Keyframe bounds add a
+  // translation and a rotation term that the true motion can cancel (a turn about a point far
+  // from the part origin), so they are only checked to be bounds.
   constexpr double kMaxLooseness = 2.0;
   const MotionKind kinds[] = {MotionKind::kLinear, MotionKind::kRotation, MotionKind::kScrew,
                               MotionKind::kKeyframes};
@@ -191,7 +193,7 @@ TEST(Motion, MaxTravelBoundsSampledTravelAndIsNotLoose) {
     if (sampled > 1e-6) {
       const double ratio = bound / sampled;
       worst_ratio[trial % 4] = std::max(worst_ratio[trial % 4], ratio);
-      if (kind == MotionKind::kLinear || kind == MotionKind::kRotation) {
+      if (kind != MotionKind::kKeyframes) {
         EXPECT_LE(ratio, kMaxLooseness) << MotionKindName(kind) << " trial " << trial;
       }
     }

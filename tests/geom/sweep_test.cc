@@ -224,8 +224,8 @@ TEST(Sweep, ScrewMotion) {
     EXPECT_EQ(r.blocking_ids, std::vector<uint64_t>{2});
     const double t_hard = (3 + kTau) / 6;
     EXPECT_GE(r.t_contact, t_hard - kParamTol);
-    // The bracket is τ/4 of travel of the whole bound (rotation + advance); the advance is
-    // the smaller part of it, so the bracket in t is at most (τ/4) / (advance rate).
+    // The bracket is τ/4 of travel of the whole bound (rotation and advance), which is at
+    // least the advance, so the bracket in t is at most (τ/4) / (advance rate).
     EXPECT_LE(r.t_contact, t_hard + kTau / 4 / 6 + kParamTol);
     const Sphere s = TravelSphere(*bolt);
     EXPECT_LE(m.MaxTravel(r.t_last_free, r.t_contact, s), kTau / 4 + 1e-12);

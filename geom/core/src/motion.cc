@@ -207,7 +207,8 @@ double Motion::MaxTravel(double t0, double t1, const Sphere& bound_P) const {
     case MotionKind::kScrew: {
       const double dphi = (b - a) * std::abs(amount_);
       const double rho = DistanceFromLine(X0_ * bound_P.center, center_, dir_) + r;
-      return ChordBound(dphi, rho) + dphi / (2.0 * std::numbers::pi) * std::abs(pitch_);
+      // Rotation (normal to the axis) and advance (along it) are orthogonal displacements.
+      return std::hypot(ChordBound(dphi, rho), dphi / (2.0 * std::numbers::pi) * std::abs(pitch_));
     }
     case MotionKind::kKeyframes: {
       double sum = 0.0;

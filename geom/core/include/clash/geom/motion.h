@@ -21,8 +21,10 @@
 //   - linear: |(s - t0) L d| <= (t1 - t0) L.
 //   - rotation: every point of the sphere is at most ρ = dist(X0 c_P, axis) + r from the axis
 //     (rotation about the axis keeps that distance), so min(|Δθ|, 2) ρ with Δθ = (t1 - t0) θ.
-//   - screw: the advance along a commutes with the rotation about a and adds |Δθ| / 2π |pitch|
-//     (triangle inequality).
+//   - screw: the advance along a commutes with the rotation about a; the rotation moves a point
+//     within the plane normal to a and the advance along a, so the two displacements are
+//     orthogonal and the bound is hypot(min(|Δθ|, 2) ρ, |Δθ| / 2π |pitch|) (both terms grow
+//     with the sub-interval).
 //   - keyframes: within a segment, R_i Exp(s φ k) p - R_i Exp(s' φ k) p has the length of
 //     (Exp((s - s') φ k) - I) q with q = Exp(s' φ k) p, a rotation about the axis k through the
 //     part origin, and q is as far from that axis as p; so a point of the sphere moves by at
