@@ -275,7 +275,7 @@ absl::StatusOr<Client::SequenceReport> Client::ValidateSequence(
     const v1::ValidateSequenceRequest& request,
     const std::function<void(const v1::ValidateSequenceEvent&)>& on_event) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, std::chrono::system_clock::now() + options_.query_timeout);
+  SetDeadline(&ctx, std::chrono::system_clock::now() + options_.sequence_timeout);
   std::unique_ptr<grpc::ClientReader<v1::ValidateSequenceEvent>> reader =
       sequences_->ValidateSequence(&ctx, request);
   SequenceReport report;

@@ -60,6 +60,7 @@ class Session {
         options.edit_timeout = timeout;
         options.query_timeout = timeout;
         options.import_timeout = timeout;
+        options.sequence_timeout = timeout;
       }
       client_ = client::Client::Connect(options);
     }

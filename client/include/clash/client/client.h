@@ -22,10 +22,12 @@ namespace clash::client {
 struct ClientOptions {
   /// Server address, "host:port".
   std::string target = "127.0.0.1:50051";
-  /// Default deadlines: reads and edits, queries, imports and uploads.
+  /// Default deadlines: reads and edits, queries, imports and uploads, sequences.
   std::chrono::milliseconds edit_timeout{30'000};
   std::chrono::milliseconds query_timeout{60'000};
   std::chrono::milliseconds import_timeout{600'000};
+  /// Sequence validations (batch work; the server caps them with --max-sequence-seconds).
+  std::chrono::milliseconds sequence_timeout{1'800'000};
   /// Attempts of an idempotent call (1: no retry) and the first backoff (doubled each time,
   /// with jitter, capped at 5 s).
   int max_attempts = 4;
@@ -90,7 +92,7 @@ class Client {
     v1::SequenceSummary summary;
   };
   /// Validates a sequence; `on_event` (optional) sees every streamed event as it arrives
-  /// (progress bars). Not retried. Deadline: the query timeout.
+  /// (progress bars). Not retried. Deadline: the sequence timeout.
   [[nodiscard]] absl::StatusOr<SequenceReport> ValidateSequence(
       const v1::ValidateSequenceRequest& request,
       const std::function<void(const v1::ValidateSequenceEvent&)>& on_event = {});
