@@ -19,15 +19,6 @@ namespace {
 
 constexpr std::size_t kMaxPartFileBytes = std::size_t{4} << 30;
 
-bool IsHexId(const std::string& id, char prefix) {
-  if (id.size() != 33 || id[0] != prefix) return false;
-  for (std::size_t i = 1; i < id.size(); ++i) {
-    const char c = id[i];
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
 // The id of a stored part: a hash of everything but its name.
 std::string ContentId(store::v1::StoredPart part) {
   part.clear_name();
@@ -149,7 +140,7 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Get(const std::strin
     if (auto it = loaded_.find(id); it != loaded_.end()) return it->second;
     if (!ids_.contains(id)) return absl::NotFoundError(absl::StrCat("no part ", id));
   }
-  absl::StatusOr<std::string> bytes = ReadWholeFile(PartPath(id), kMaxPartFileBytes);
+  absl::StatusOr<std::string> bytes = ReadFileCapped(PartPath(id), kMaxPartFileBytes);
   store::v1::StoredPart stored;
   if (!bytes.ok() || !stored.ParseFromString(*bytes) || ContentId(stored) != id) {
     LogLine(LogLevel::kError,
@@ -179,7 +170,7 @@ absl::Status PartStore::PutAssembly(const v1::Assembly& assembly) {
 
 absl::StatusOr<v1::Assembly> PartStore::GetAssembly(const std::string& id) const {
   if (!IsHexId(id, 'a')) return absl::NotFoundError(absl::StrCat("no assembly ", id));
-  absl::StatusOr<std::string> bytes = ReadWholeFile(AssemblyPath(id), kMaxPartFileBytes);
+  absl::StatusOr<std::string> bytes = ReadFileCapped(AssemblyPath(id), kMaxPartFileBytes);
   if (absl::IsNotFound(bytes.status())) {
     return absl::NotFoundError(absl::StrCat("no assembly ", id));
   }

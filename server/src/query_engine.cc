@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,7 +66,12 @@ class PosedScene {
     return p;
   }
   bool IsOverridden(uint64_t id) const { return overrides_.contains(id); }
-  bool HasOverrides() const { return !overrides_.empty(); }
+  std::vector<uint64_t> OverriddenIds() const {
+    std::vector<uint64_t> ids;
+    for (const auto& [id, X] : overrides_) ids.push_back(id);
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
 
  private:
   absl::flat_hash_map<uint64_t, RigidTransform> overrides_;
@@ -78,13 +84,10 @@ IdSet ToSet(const std::vector<const InstanceRec*>& v) {
   return s;
 }
 
-// The contact tolerance of a pair: explicit, else the sum of the deflections, at least 1e-6 of
-// the larger part.
 double PairTolerance(const v1::Tolerances& tol, const InstanceRec& a, const InstanceRec& b) {
-  if (tol.has_contact_tolerance_mm()) return tol.contact_tolerance_mm();
-  const double floor =
-      1e-6 * std::max(a.part->geom->bounds().Diagonal(), b.part->geom->bounds().Diagonal());
-  return std::max(a.part->deflection_mm + b.part->deflection_mm, floor);
+  return ContactTolerance(
+      tol, a.part->deflection_mm + b.part->deflection_mm,
+      std::max(a.part->geom->bounds().Diagonal(), b.part->geom->bounds().Diagonal()));
 }
 
 // Candidate pairs (ids ordered low, high) whose world boxes, grown by `margin`, overlap: every
@@ -104,12 +107,12 @@ std::vector<std::pair<const InstanceRec*, const InstanceRec*>> CandidatePairs(
     if (x->id > y->id) std::swap(x, y);
     if (seen.insert({x->id, y->id}).second) out.emplace_back(x, y);
   };
-  // Overridden instances are not where the tree has them: test them against everything.
+  // Overridden instances are not where the tree has them: the tree is asked with their
+  // overriding boxes, and pairs of two overridden instances are tested directly.
   std::vector<const InstanceRec*> overridden;
-  if (posed.HasOverrides()) {
-    for (const auto& [id, rec] : scene.instances) {
-      if (rec.enabled && posed.IsOverridden(id)) overridden.push_back(&rec);
-    }
+  for (uint64_t id : posed.OverriddenIds()) {
+    const InstanceRec* rec = scene.Find(id);
+    if (rec != nullptr && rec->enabled) overridden.push_back(rec);
   }
   for (const InstanceRec* a : set_a) {
     if (posed.IsOverridden(a->id)) continue;
@@ -120,11 +123,17 @@ std::vector<std::pair<const InstanceRec*, const InstanceRec*>> CandidatePairs(
       return true;
     });
   }
-  for (const InstanceRec* o : overridden) {
+  for (std::size_t i = 0; i < overridden.size(); ++i) {
+    const InstanceRec* o = overridden[i];
     const Aabb box = posed.Get(*o).box.Inflated(margin);
-    for (const auto& [id, rec] : scene.instances) {
-      if (!rec.enabled || id == o->id) continue;
-      if (box.Overlaps(posed.Get(rec).box)) consider(o, &rec);
+    scene.tree.Query(box, [&](uint64_t other) {
+      if (!posed.IsOverridden(other)) {
+        if (const InstanceRec* b = scene.Find(other)) consider(o, b);
+      }
+      return true;
+    });
+    for (std::size_t j = i + 1; j < overridden.size(); ++j) {
+      if (box.Overlaps(posed.Get(*overridden[j]).box)) consider(o, overridden[j]);
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& p, const auto& q) {
@@ -164,31 +173,6 @@ int ClassRank(v1::ClashClass c) {
   }
 }
 
-// An allowed-interference rule resolved to instance sets.
-struct Rule {
-  std::string name;
-  IdSet a;
-  IdSet b;
-  bool pairs_within_a = true;
-  absl::flat_hash_set<int> classes;
-  double max_depth_mm = 0;
-
-  bool Covers(uint64_t x, uint64_t y, v1::ClashClass cls, double depth) const {
-    const bool pair = pairs_within_a
-                          ? (a.contains(x) && a.contains(y))
-                          : ((a.contains(x) && b.contains(y)) || (b.contains(x) && a.contains(y)));
-    if (!pair) return false;
-    if (!classes.empty() && !classes.contains(cls)) return false;
-    return !(cls == v1::HARD && max_depth_mm > 0 && depth > max_depth_mm);
-  }
-};
-
-// A selector whose instances include disabled ones (rules name instances regardless).
-absl::StatusOr<IdSet> SelectorIds(const Scene& scene, const v1::InstanceSelector& sel) {
-  CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> v, SelectInstances(scene, sel));
-  return ToSet(v);
-}
-
 absl::StatusOr<std::pair<uint64_t, std::size_t>> ParsePageToken(const std::string& token) {
   if (token.empty()) return std::pair<uint64_t, std::size_t>{0, 0};
   std::vector<std::string> parts = absl::StrSplit(token, ':');
@@ -201,11 +185,80 @@ absl::StatusOr<std::pair<uint64_t, std::size_t>> ParsePageToken(const std::strin
   return std::pair{version, offset};
 }
 
-void Witness(const geom::Part& part, uint32_t tri, uint32_t* face) {
-  *face = part.mesh().tags().empty() ? 0 : part.mesh().tags()[tri];
+// The two ends of a pair in the order answers use (by path), with their witnesses (world
+// points and the B-rep faces of their triangles).
+struct PairEnds {
+  const InstanceRec* a;
+  const InstanceRec* b;
+  geom::Vec3 p_a;
+  geom::Vec3 p_b;
+  uint32_t face_a;
+  uint32_t face_b;
+};
+
+PairEnds OrderByPath(const InstanceRec& x, const InstanceRec& y, const geom::Vec3& p_x,
+                     const geom::Vec3& p_y, uint32_t tri_x, uint32_t tri_y) {
+  auto face = [](const InstanceRec& r, uint32_t tri) {
+    const auto& tags = r.part->geom->mesh().tags();
+    return tags.empty() ? 0u : tags[tri];
+  };
+  PairEnds e{&x, &y, p_x, p_y, face(x, tri_x), face(y, tri_y)};
+  if (y.path < x.path) {
+    std::swap(e.a, e.b);
+    std::swap(e.p_a, e.p_b);
+    std::swap(e.face_a, e.face_b);
+  }
+  return e;
 }
 
 }  // namespace
+
+absl::Status ValidateTolerances(const v1::Tolerances& tol) {
+  if (tol.has_contact_tolerance_mm() &&
+      !(std::isfinite(tol.contact_tolerance_mm()) && tol.contact_tolerance_mm() >= 0)) {
+    return absl::InvalidArgumentError("contact_tolerance_mm must be finite and >= 0");
+  }
+  if (!(std::isfinite(tol.clearance_mm()) && tol.clearance_mm() >= 0)) {
+    return absl::InvalidArgumentError("clearance_mm must be finite and >= 0");
+  }
+  return absl::OkStatus();
+}
+
+double ContactTolerance(const v1::Tolerances& tol, double deflection_sum, double diagonal) {
+  if (tol.has_contact_tolerance_mm()) return tol.contact_tolerance_mm();
+  return std::max(deflection_sum, 1e-6 * diagonal);
+}
+
+absl::Status ResolveAllowRules(
+    const Scene& scene, const google::protobuf::RepeatedPtrField<v1::AllowedInterference>& in,
+    std::vector<AllowRule>* out) {
+  for (const v1::AllowedInterference& r : in) {
+    AllowRule rule;
+    rule.name = r.name();
+    CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> a, SelectInstances(scene, r.a()));
+    rule.a = ToSet(a);
+    rule.pairs_within_a = !r.has_b();
+    if (r.has_b()) {
+      CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> b, SelectInstances(scene, r.b()));
+      rule.b = ToSet(b);
+    }
+    for (int c : r.classes()) rule.classes.insert(c);
+    rule.max_depth_mm = r.max_depth_mm();
+    out->push_back(std::move(rule));
+  }
+  return absl::OkStatus();
+}
+
+bool AllowRule::CoversPair(uint64_t x, uint64_t y) const {
+  return pairs_within_a ? (a.contains(x) && a.contains(y))
+                        : ((a.contains(x) && b.contains(y)) || (b.contains(x) && a.contains(y)));
+}
+
+bool AllowRule::Covers(uint64_t x, uint64_t y, v1::ClashClass cls, double depth_mm) const {
+  if (!CoversPair(x, y)) return false;
+  if (!classes.empty() && !classes.contains(cls)) return false;
+  return !(cls == v1::HARD && max_depth_mm > 0 && depth_mm > max_depth_mm);
+}
 
 std::string ClashId(const std::string& path_a, const std::string& path_b) {
   return absl::StrCat("c", cad::Sha256Hex(absl::StrCat(path_a, "\n", path_b)).substr(0, 16));
@@ -221,7 +274,7 @@ absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(
     }
     return out;
   }
-  IdSet chosen;
+  std::set<uint64_t> chosen;  // ordered: answers list instances by id
   for (uint64_t id : selector.instance_ids()) {
     if (scene.Find(id) == nullptr) {
       return absl::NotFoundError(absl::StrCat("no instance ", id, " in scene"));
@@ -243,8 +296,9 @@ absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(
     }
     if (!any) return absl::NotFoundError(absl::StrCat("no instance under path '", prefix, "'"));
   }
-  for (const auto& [id, rec] : scene.instances) {
-    if (rec.enabled && chosen.contains(id)) out.push_back(&rec);
+  for (uint64_t id : chosen) {
+    const InstanceRec* rec = scene.Find(id);
+    if (rec != nullptr && rec->enabled) out.push_back(rec);
   }
   return out;
 }
@@ -253,13 +307,7 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
                                                          const v1::InterferenceRequest& request,
                                                          const StopCheck& stop) {
   const v1::Tolerances& tol = request.tolerances();
-  if (tol.has_contact_tolerance_mm() &&
-      !(std::isfinite(tol.contact_tolerance_mm()) && tol.contact_tolerance_mm() >= 0)) {
-    return absl::InvalidArgumentError("contact_tolerance_mm must be finite and >= 0");
-  }
-  if (!(std::isfinite(tol.clearance_mm()) && tol.clearance_mm() >= 0)) {
-    return absl::InvalidArgumentError("clearance_mm must be finite and >= 0");
-  }
+  CLASH_RETURN_IF_ERROR(ValidateTolerances(tol));
   if (request.page_size() < 0) return absl::InvalidArgumentError("page_size must be >= 0");
   const std::size_t page_size =
       request.page_size() == 0 ? 1000 : std::min(request.page_size(), 10000);
@@ -279,30 +327,12 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
                            SelectInstances(scene, request.set_b()));
     in_b = ToSet(set_b);
   }
-  std::vector<Rule> rules;
-  for (const v1::AllowedInterference& r : request.allowed()) {
-    Rule rule;
-    rule.name = r.name();
-    CLASH_ASSIGN_OR_RETURN(rule.a, SelectorIds(scene, r.a()));
-    rule.pairs_within_a = !r.has_b();
-    if (r.has_b()) {
-      CLASH_ASSIGN_OR_RETURN(rule.b, SelectorIds(scene, r.b()));
-    }
-    for (int c : r.classes()) rule.classes.insert(c);
-    rule.max_depth_mm = r.max_depth_mm();
-    rules.push_back(std::move(rule));
-  }
+  std::vector<AllowRule> rules;
+  CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, request.allowed(), &rules));
 
   // The broad phase grows boxes by the largest tolerance any pair can have.
-  double max_deflection = 0;
-  double max_diag = 0;
-  for (const auto& [id, rec] : scene.instances) {
-    max_deflection = std::max(max_deflection, rec.part->deflection_mm);
-    max_diag = std::max(max_diag, rec.part->geom->bounds().Diagonal());
-  }
-  const double max_tau = tol.has_contact_tolerance_mm()
-                             ? tol.contact_tolerance_mm()
-                             : std::max(2 * max_deflection, 1e-6 * max_diag);
+  const double max_tau =
+      ContactTolerance(tol, 2 * scene.max_deflection_mm, scene.max_part_diagonal_mm);
   const double margin = std::max(max_tau, tol.clearance_mm());
   const auto candidates =
       CandidatePairs(scene, posed, set_a, in_a, request.has_set_b() ? &in_b : nullptr, margin);
@@ -355,33 +385,27 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     if (pc.cls == geom::ClashClass::kClear) continue;
 
     v1::Clash c;
-    const bool swap = rb->path < ra->path;
-    const InstanceRec& x = swap ? *rb : *ra;
-    const InstanceRec& y = swap ? *ra : *rb;
-    c.set_clash_id(ClashId(x.path, y.path));
-    c.set_instance_a(x.id);
-    c.set_instance_b(y.id);
-    c.set_path_a(x.path);
-    c.set_path_b(y.path);
-    c.set_part_a(x.part->info.part_id());
-    c.set_part_b(y.part->info.part_id());
+    const PairEnds e = OrderByPath(*ra, *rb, pc.p_WA, pc.p_WB, pc.tri_a, pc.tri_b);
+    c.set_clash_id(ClashId(e.a->path, e.b->path));
+    c.set_instance_a(e.a->id);
+    c.set_instance_b(e.b->id);
+    c.set_path_a(e.a->path);
+    c.set_path_b(e.b->path);
+    c.set_part_a(e.a->part->info.part_id());
+    c.set_part_b(e.b->part->info.part_id());
     c.set_clash_class(ToProto(pc.cls));
     c.set_depth_mm(pc.depth_mm);
     c.set_distance_mm(std::isfinite(pc.distance_mm) ? pc.distance_mm : 0.0);
-    ToProto(swap ? pc.p_WB : pc.p_WA, c.mutable_point_a_mm());
-    ToProto(swap ? pc.p_WA : pc.p_WB, c.mutable_point_b_mm());
-    uint32_t face_a = 0;
-    uint32_t face_b = 0;
-    Witness(*ra->part->geom, pc.tri_a, &face_a);
-    Witness(*rb->part->geom, pc.tri_b, &face_b);
-    c.set_face_a(swap ? face_b : face_a);
-    c.set_face_b(swap ? face_a : face_b);
+    ToProto(e.p_a, c.mutable_point_a_mm());
+    ToProto(e.p_b, c.mutable_point_b_mm());
+    c.set_face_a(e.face_a);
+    c.set_face_b(e.face_b);
     c.set_intersecting_triangle_pairs(static_cast<uint32_t>(pc.intersecting_pairs));
     c.set_intersections_truncated(pc.intersections_truncated);
     c.set_uncertain(pc.uncertain);
     c.set_contact_tolerance_mm(pt.contact_mm);
-    for (const Rule& rule : rules) {
-      if (rule.Covers(x.id, y.id, c.clash_class(), c.depth_mm())) {
+    for (const AllowRule& rule : rules) {
+      if (rule.Covers(e.a->id, e.b->id, c.clash_class(), c.depth_mm())) {
         c.set_suppressed(true);
         c.set_suppressed_by(rule.name);
         break;
@@ -501,21 +525,18 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
   }
   response.set_pairs_measured(measured);
   if (best_a == nullptr) return response;
-  const bool swap = best_b->path < best_a->path;
+  const PairEnds e = OrderByPath(*best_a, *best_b, best_result.p_WA, best_result.p_WB,
+                                 best_result.tri_a, best_result.tri_b);
   response.set_found(true);
   response.set_distance_mm(best_result.distance);
-  response.set_instance_a(swap ? best_b->id : best_a->id);
-  response.set_instance_b(swap ? best_a->id : best_b->id);
-  response.set_path_a(swap ? best_b->path : best_a->path);
-  response.set_path_b(swap ? best_a->path : best_b->path);
-  ToProto(swap ? best_result.p_WB : best_result.p_WA, response.mutable_point_a_mm());
-  ToProto(swap ? best_result.p_WA : best_result.p_WB, response.mutable_point_b_mm());
-  uint32_t face_a = 0;
-  uint32_t face_b = 0;
-  Witness(*best_a->part->geom, best_result.tri_a, &face_a);
-  Witness(*best_b->part->geom, best_result.tri_b, &face_b);
-  response.set_face_a(swap ? face_b : face_a);
-  response.set_face_b(swap ? face_a : face_b);
+  response.set_instance_a(e.a->id);
+  response.set_instance_b(e.b->id);
+  response.set_path_a(e.a->path);
+  response.set_path_b(e.b->path);
+  ToProto(e.p_a, response.mutable_point_a_mm());
+  ToProto(e.p_b, response.mutable_point_b_mm());
+  response.set_face_a(e.face_a);
+  response.set_face_b(e.face_b);
   return response;
 }
 

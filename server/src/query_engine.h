@@ -3,7 +3,10 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "clash/v1/queries.pb.h"
 #include "scene.h"
@@ -17,8 +20,34 @@ using StopCheck = std::function<absl::Status()>;
 /// Limits of one query.
 struct QueryLimits {
   int max_rays = 100'000;
-  int max_overrides = 100'000;
 };
+
+/// INVALID_ARGUMENT for a negative or non-finite contact tolerance or clearance.
+[[nodiscard]] absl::Status ValidateTolerances(const v1::Tolerances& tol);
+
+/// The contact tolerance τ: the explicit one, else `deflection_sum` (the parts' tessellation
+/// deflections added), at least 1e-6 of `diagonal` (the larger part's).
+[[nodiscard]] double ContactTolerance(const v1::Tolerances& tol, double deflection_sum,
+                                      double diagonal);
+
+/// An allowed-interference rule resolved to instance sets.
+struct AllowRule {
+  std::string name;
+  absl::flat_hash_set<uint64_t> a;
+  absl::flat_hash_set<uint64_t> b;
+  bool pairs_within_a = true;        ///< No set b: any two instances of a.
+  absl::flat_hash_set<int> classes;  ///< Empty: every class.
+  double max_depth_mm = 0;           ///< > 0: deeper HARD clashes are not covered.
+  /// The rule names this pair (whatever the class).
+  [[nodiscard]] bool CoversPair(uint64_t x, uint64_t y) const;
+  /// The rule suppresses a clash of this pair, class and depth.
+  [[nodiscard]] bool Covers(uint64_t x, uint64_t y, v1::ClashClass cls, double depth_mm) const;
+};
+
+/// Appends the rules, resolved on the scene. NOT_FOUND as SelectInstances.
+[[nodiscard]] absl::Status ResolveAllowRules(
+    const Scene& scene, const google::protobuf::RepeatedPtrField<v1::AllowedInterference>& in,
+    std::vector<AllowRule>* out);
 
 [[nodiscard]] absl::StatusOr<v1::InterferenceResponse> RunInterference(
     const Scene& scene, const v1::InterferenceRequest& request, const StopCheck& stop);

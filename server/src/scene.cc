@@ -1,7 +1,7 @@
 #include "scene.h"
 
+#include <algorithm>
 #include <filesystem>
-#include <random>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -23,25 +23,11 @@ geom::Aabb WorldBox(const InstanceRec& rec) {
   return rec.part->geom->bounds().Transformed(rec.X_WP);
 }
 
-std::string RandomSceneId() {
-  std::random_device rd;
-  std::string id = "s";
-  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&id, "%08x", rd());
-  return id;
-}
-
-bool IsSceneId(const std::string& id) {
-  if (id.size() != 33 || id[0] != 's') return false;
-  for (std::size_t i = 1; i < id.size(); ++i) {
-    const char c = id[i];
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 void Scene::Add(InstanceRec rec) {
+  max_deflection_mm = std::max(max_deflection_mm, rec.part->deflection_mm);
+  max_part_diagonal_mm = std::max(max_part_diagonal_mm, rec.part->geom->bounds().Diagonal());
   rec.world_box = WorldBox(rec);
   rec.pose_version = ++pose_clock;
   rec.proxy = rec.enabled ? tree.Insert(rec.world_box, rec.id) : -1;
@@ -144,7 +130,7 @@ absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, Pa
     const std::string file = e.path().filename().string();
     if (!absl::EndsWith(file, ".pb")) continue;
     const std::string id = file.substr(0, file.size() - 3);
-    if (!IsSceneId(id)) continue;
+    if (!IsHexId(id, 's')) continue;
     auto scene = std::make_shared<Scene>(id);
     absl::Status st = store->Load(e.path().string(), *scene);
     if (!st.ok()) {
@@ -163,7 +149,7 @@ std::string SceneStore::ScenePath(const std::string& id) const {
 }
 
 absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
-  CLASH_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path, kMaxSceneFileBytes));
+  CLASH_ASSIGN_OR_RETURN(std::string bytes, ReadFileCapped(path, kMaxSceneFileBytes));
   store::v1::StoredScene stored;
   if (!stored.ParseFromString(bytes) || stored.scene_id() != scene.id()) {
     return absl::DataLossError("scene file does not parse");
@@ -172,6 +158,8 @@ absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
   scene.by_path.clear();
   scene.groups.clear();
   scene.tree = geom::DynamicAabbTree();
+  scene.max_deflection_mm = 0;
+  scene.max_part_diagonal_mm = 0;
   {
     std::lock_guard lock(scene.cache_mu);
     scene.pair_cache.clear();
@@ -196,7 +184,7 @@ absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
 }
 
 absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Create(const std::string& name) {
-  auto scene = std::make_shared<Scene>(RandomSceneId());
+  auto scene = std::make_shared<Scene>("s" + RandomHex(4));
   scene->name = name;
   scene->create_time_s = absl::ToUnixSeconds(absl::Now());
   scene->update_time_s = scene->create_time_s;

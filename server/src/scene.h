@@ -64,6 +64,10 @@ class Scene {
   std::map<std::string, std::set<uint64_t>> groups;
   geom::DynamicAabbTree tree;
   uint64_t pose_clock = 0;
+  /// Largest tessellation deflection and part diagonal of any instance added since the scene
+  /// was loaded (never lowered on removal: they size broad-phase margins, where larger is safe).
+  double max_deflection_mm = 0;
+  double max_part_diagonal_mm = 0;
 
   mutable std::mutex cache_mu;
   mutable absl::flat_hash_map<std::pair<uint64_t, uint64_t>, CachedPair> pair_cache;

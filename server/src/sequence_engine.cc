@@ -89,48 +89,13 @@ absl::StatusOr<geom::Motion> MakeMotion(const v1::Motion& m, const RigidTransfor
   return absl::InvalidArgumentError(what + ": no motion given");
 }
 
-struct Rule {
-  std::string name;
-  absl::flat_hash_set<uint64_t> a;
-  absl::flat_hash_set<uint64_t> b;
-  bool within_a = true;
-  bool Covers(uint64_t x, uint64_t y) const {
-    if (within_a) return a.contains(x) && a.contains(y);
-    return (a.contains(x) && b.contains(y)) || (b.contains(x) && a.contains(y));
-  }
-};
-
-absl::Status AddRules(const Scene& scene,
-                      const google::protobuf::RepeatedPtrField<v1::AllowedInterference>& in,
-                      std::vector<Rule>* out) {
-  for (const v1::AllowedInterference& r : in) {
-    Rule rule;
-    rule.name = r.name();
-    CLASH_ASSIGN_OR_RETURN(auto a, SelectInstances(scene, r.a()));
-    for (const InstanceRec* rec : a) rule.a.insert(rec->id);
-    rule.within_a = !r.has_b();
-    if (r.has_b()) {
-      CLASH_ASSIGN_OR_RETURN(auto b, SelectInstances(scene, r.b()));
-      for (const InstanceRec* rec : b) rule.b.insert(rec->id);
-    }
-    out->push_back(std::move(rule));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& request,
                          const StopCheck& stop,
                          const std::function<void(const v1::ValidateSequenceEvent&)>& emit) {
   const v1::Tolerances& tol = request.tolerances();
-  if (tol.has_contact_tolerance_mm() &&
-      !(std::isfinite(tol.contact_tolerance_mm()) && tol.contact_tolerance_mm() >= 0)) {
-    return absl::InvalidArgumentError("contact_tolerance_mm must be finite and >= 0");
-  }
-  if (!(std::isfinite(tol.clearance_mm()) && tol.clearance_mm() >= 0)) {
-    return absl::InvalidArgumentError("clearance_mm must be finite and >= 0");
-  }
+  CLASH_RETURN_IF_ERROR(ValidateTolerances(tol));
   if (request.steps().empty()) return absl::InvalidArgumentError("the sequence has no step");
 
   // Which step moves each instance.
@@ -161,8 +126,8 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     CLASH_ASSIGN_OR_RETURN(auto recs, SelectInstances(scene, request.staged(i).instances()));
     for (const InstanceRec* rec : recs) staged[rec->id] = X;
   }
-  std::vector<Rule> global_rules;
-  CLASH_RETURN_IF_ERROR(AddRules(scene, request.allowed(), &global_rules));
+  std::vector<AllowRule> global_rules;
+  CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, request.allowed(), &global_rules));
 
   v1::SequenceSummary summary;
   summary.set_steps(n);
@@ -178,8 +143,8 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       e.mutable_progress()->set_step_count(n);
       emit(e);
     }
-    std::vector<Rule> rules = global_rules;
-    CLASH_RETURN_IF_ERROR(AddRules(scene, step.allowed(), &rules));
+    std::vector<AllowRule> rules = global_rules;
+    CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, step.allowed(), &rules));
     // What stands while step k runs: instances no step moves, those of earlier steps, and staged
     // ones of later steps at their staging poses.
     struct Standing {
@@ -202,6 +167,11 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       max_deflection = std::max(max_deflection, rec.part->deflection_mm);
     }
 
+    // τ of a moving instance against what stands: its deflection plus the largest obstacle's.
+    auto contact_of = [&](const InstanceRec& m) {
+      return ContactTolerance(tol, m.part->deflection_mm + max_deflection,
+                              m.part->geom->bounds().Diagonal());
+    };
     v1::StepResult result;
     result.set_step_index(k);
     result.set_name(step.name());
@@ -218,9 +188,9 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       std::vector<geom::SweepObstacle> obstacles;
       absl::flat_hash_map<uint64_t, const InstanceRec*> by_id;
       for (const Standing& s : standing) {
-        const Rule* covered = nullptr;
-        for (const Rule& r : rules) {
-          if (r.Covers(m->id, s.rec->id)) {
+        const AllowRule* covered = nullptr;
+        for (const AllowRule& r : rules) {
+          if (r.CoversPair(m->id, s.rec->id)) {
             covered = &r;
             break;
           }
@@ -234,10 +204,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         by_id[s.rec->id] = s.rec;
       }
       geom::SweepOptions options;
-      options.contact_mm = tol.has_contact_tolerance_mm()
-                               ? tol.contact_tolerance_mm()
-                               : std::max(m->part->deflection_mm + max_deflection,
-                                          1e-6 * m->part->geom->bounds().Diagonal());
+      options.contact_mm = contact_of(*m);
       options.clearance_mm = tol.clearance_mm();
       options.profile = request.clearance_profile();
       absl::Status stopped;
@@ -298,10 +265,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         obstacles.push_back({s.rec->part->geom.get(), s.X, s.rec->id});
       }
       geom::FreeDirectionOptions fo;
-      fo.contact_mm = tol.has_contact_tolerance_mm()
-                          ? tol.contact_tolerance_mm()
-                          : std::max(m->part->deflection_mm + max_deflection,
-                                     1e-6 * m->part->geom->bounds().Diagonal());
+      fo.contact_mm = contact_of(*m);
       absl::Status stopped;
       const auto dirs = geom::FreeDirections(*m->part->geom, m->X_WP, obstacles, fo, [&] {
         stopped = stop();

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
-#include <random>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -81,13 +81,6 @@ StopCheck MakeStop(const grpc::ServerContext* ctx, absl::Time deadline) {
   };
 }
 
-std::string RandomHex(int words) {
-  std::random_device rd;
-  std::string s;
-  for (int i = 0; i < words; ++i) absl::StrAppendFormat(&s, "%08x", rd());
-  return s;
-}
-
 // Page tokens of listings: the last id of the previous page.
 absl::StatusOr<std::size_t> PageSize(int requested, int fallback, int max) {
   if (requested < 0) return absl::InvalidArgumentError("page_size must be >= 0");
@@ -134,8 +127,6 @@ struct ClashServer::Impl {
             line);
     return status;
   }
-
-  absl::StatusOr<std::shared_ptr<Scene>> GetScene(const std::string& id) { return scenes->Get(id); }
 
   class PartsService final : public v1::PartService::Service {
    public:
@@ -224,7 +215,8 @@ struct ClashServer::Impl {
     grpc::Status GetScene(grpc::ServerContext* ctx, const v1::GetSceneRequest* request,
                           v1::Scene* response) override {
       return impl_->Serve(ctx, "GetScene", [&]() -> absl::Status {
-        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, impl_->GetScene(request->scene_id()));
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene,
+                               impl_->scenes->Get(request->scene_id()));
         std::shared_lock lock(scene->mu);
         scene->ToProto(response);
         return absl::OkStatus();
@@ -256,7 +248,8 @@ struct ClashServer::Impl {
     grpc::Status ListInstances(grpc::ServerContext* ctx, const v1::ListInstancesRequest* request,
                                v1::ListInstancesResponse* response) override {
       return impl_->Serve(ctx, "ListInstances", [&]() -> absl::Status {
-        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, impl_->GetScene(request->scene_id()));
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene,
+                               impl_->scenes->Get(request->scene_id()));
         CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 1000, 10000));
         uint64_t after = 0;
         if (!request->page_token().empty() && !absl::SimpleAtoi(request->page_token(), &after)) {
@@ -416,7 +409,7 @@ struct ClashServer::Impl {
     const absl::Time deadline =
         CallDeadline(ctx, max_seconds > 0 ? max_seconds : config.max_query_seconds);
     const StopCheck stop = MakeStop(ctx, deadline);
-    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, GetScene(scene_id));
+    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, scenes->Get(scene_id));
     CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, query_limiter.Acquire(stop));
     CLASH_RETURN_IF_ERROR(stop());
     std::shared_lock lock(scene->mu);
@@ -428,7 +421,7 @@ struct ClashServer::Impl {
   template <class Edit>
   absl::Status EditScene(const std::string& scene_id, v1::SceneUpdateResponse* response,
                          Edit&& edit) {
-    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, GetScene(scene_id));
+    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, scenes->Get(scene_id));
     std::unique_lock lock(scene->mu);
     CLASH_RETURN_IF_ERROR(edit(*scene));
     scene->Touch();
@@ -464,20 +457,13 @@ struct ClashServer::Impl {
 
 absl::Status ClashServer::Impl::DoAddInstances(const v1::AddInstancesRequest& request,
                                                v1::AddInstancesResponse* response) {
-  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, GetScene(request.scene_id()));
-  // Resolve everything (parts, assemblies, poses) before taking the scene's lock.
-  struct Pending {
-    std::shared_ptr<const PartEntry> part;
-    std::string path;
-    std::string name;
-    geom::RigidTransform X_WP;
-    bool enabled = true;
-    std::set<std::string> groups;
-  };
-  std::vector<Pending> pending;
+  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, scenes->Get(request.scene_id()));
+  // Resolve everything (parts, assemblies, poses) before taking the scene's lock; ids and
+  // broad-phase fields are set when the instances are added.
+  std::vector<InstanceRec> pending;
   for (int i = 0; i < request.parts_size(); ++i) {
     const v1::PartPlacement& p = request.parts(i);
-    Pending item;
+    InstanceRec item;
     if (!PartStore::IsPartId(p.part_id())) {
       return absl::NotFoundError(absl::StrCat("no part '", p.part_id(), "'"));
     }
@@ -495,7 +481,7 @@ absl::Status ClashServer::Impl::DoAddInstances(const v1::AddInstancesRequest& re
     CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X_WA,
                            PoseFromProto(a.pose(), absl::StrCat("assemblies[", i, "].pose")));
     for (const v1::AssemblyInstance& inst : assembly.instances()) {
-      Pending item;
+      InstanceRec item;
       CLASH_ASSIGN_OR_RETURN(item.part, parts->Get(inst.part_id()));
       CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X_AP, PoseFromProto(inst.pose(), inst.path()));
       item.X_WP = X_WA * X_AP;
@@ -509,7 +495,7 @@ absl::Status ClashServer::Impl::DoAddInstances(const v1::AddInstancesRequest& re
   std::unique_lock lock(scene->mu);
   std::set<std::string> new_paths;
   uint64_t next_id = scene->next_instance_id;
-  for (Pending& item : pending) {
+  for (InstanceRec& item : pending) {
     if (item.path.empty()) item.path = absl::StrCat(item.name, ":", next_id);
     ++next_id;
     if (scene->by_path.contains(item.path) || !new_paths.insert(item.path).second) {
@@ -517,15 +503,8 @@ absl::Status ClashServer::Impl::DoAddInstances(const v1::AddInstancesRequest& re
           absl::StrCat("an instance with path '", item.path, "' exists already"));
     }
   }
-  for (Pending& item : pending) {
-    InstanceRec rec;
+  for (InstanceRec& rec : pending) {
     rec.id = scene->next_instance_id++;
-    rec.part = std::move(item.part);
-    rec.path = std::move(item.path);
-    rec.name = std::move(item.name);
-    rec.X_WP = item.X_WP;
-    rec.enabled = item.enabled;
-    rec.groups = std::move(item.groups);
     const uint64_t id = rec.id;
     scene->Add(std::move(rec));
     Scene::InstanceToProto(*scene->Find(id), response->add_instances());
@@ -659,6 +638,7 @@ absl::Status ClashServer::Impl::DoImportCad(grpc::ServerContext* ctx,
   report->set_from_cache(imported->from_cache);
 
   std::vector<std::string> part_ids(assembly.parts.size());
+  std::set<std::string> listed;  // parts already in the response (identical parts share an id)
   int faces_total = 0;
   int faces_meshed = 0;
   uint64_t triangles = 0;
@@ -685,9 +665,7 @@ absl::Status ClashServer::Impl::DoImportCad(grpc::ServerContext* ctx,
     }
     part_ids[i] = (*entry)->info.part_id();
     triangles += (*entry)->info.triangle_count();
-    bool listed = false;
-    for (const v1::Part& q : response->parts()) listed |= q.part_id() == part_ids[i];
-    if (!listed) *response->add_parts() = (*entry)->info;
+    if (listed.insert(part_ids[i]).second) *response->add_parts() = (*entry)->info;
   }
   if (header.strict() && !report->complete()) {
     return absl::InvalidArgumentError(absl::StrCat("incomplete import: ", report->warnings(0)));

@@ -1,4 +1,5 @@
-// Durable files: whole-file atomic replacement and capped reads.
+// Files of clashd's stores: capped reads, folders, leftovers of interrupted writes (atomic
+// writes and capped reads are clash::cad's WriteFileAtomically and ReadFileCapped).
 #pragma once
 
 #include <cstddef>
@@ -7,18 +8,19 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "clash/cad/durable_file.h"
 
 namespace clash::server {
 
-/// Replaces `path` with `bytes` atomically and durably: a temporary file in the same folder,
-/// fsync, rename, fsync of the folder. Readers see the old content or the new, never a mix;
-/// after a crash the file holds one of them. INTERNAL on I/O errors (the temporary is removed).
-[[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
+using cad::ReadFileCapped;
+using cad::WriteFileAtomically;
 
-/// The whole file. NOT_FOUND when missing, RESOURCE_EXHAUSTED above max_bytes, INTERNAL on
-/// other errors.
-[[nodiscard]] absl::StatusOr<std::string> ReadWholeFile(const std::string& path,
-                                                        std::size_t max_bytes);
+/// True for ids of the shape `prefix` + 32 lowercase hex digits (parts "p", assemblies "a",
+/// scenes "s"): the only names that become file names.
+[[nodiscard]] bool IsHexId(const std::string& id, char prefix);
+
+/// `words` random 32-bit words as lowercase hex (8 digits each).
+[[nodiscard]] std::string RandomHex(int words);
 
 /// Creates the folder and its parents. INTERNAL when that fails.
 [[nodiscard]] absl::Status MakeDirs(const std::string& dir);

@@ -25,6 +25,7 @@
 #include "clash/client/client.h"
 #include "clash/geom/interference.h"
 #include "clash/geom/query.h"
+#include "convert.h"
 #include "grpcpp/grpcpp.h"
 #include "limiter.h"
 #include "testing/random_geometry.h"
@@ -46,26 +47,13 @@ std::string MakeTempDir() {
   return mkdtemp(tmpl.data());
 }
 
+// Wire poses as the server reads and writes them (quaternion round trip).
 v1::Pose ToPose(const RigidTransform& X) {
   v1::Pose p;
-  Eigen::Quaterniond q(X.R);
-  p.mutable_translation_mm()->set_x(X.t.x());
-  p.mutable_translation_mm()->set_y(X.t.y());
-  p.mutable_translation_mm()->set_z(X.t.z());
-  p.mutable_quaternion()->set_w(q.w());
-  p.mutable_quaternion()->set_x(q.x());
-  p.mutable_quaternion()->set_y(q.y());
-  p.mutable_quaternion()->set_z(q.z());
+  ToProto(X, &p);
   return p;
 }
-
-// The transform the server rebuilds from a wire pose (quaternion round trip).
-RigidTransform FromPose(const v1::Pose& p) {
-  Eigen::Quaterniond q(p.quaternion().w(), p.quaternion().x(), p.quaternion().y(),
-                       p.quaternion().z());
-  return {q.normalized().toRotationMatrix(),
-          Vec3(p.translation_mm().x(), p.translation_mm().y(), p.translation_mm().z())};
-}
+RigidTransform FromPose(const v1::Pose& p) { return *PoseFromProto(p, "test pose"); }
 
 class ServerTest : public ::testing::Test {
  protected:

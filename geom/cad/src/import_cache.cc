@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "clash/cad/assembly.h"
+#include "clash/cad/durable_file.h"
 #include "worker_format.h"
 
 namespace clash::cad {
@@ -76,17 +77,6 @@ bool IsKey(std::string_view key) {
   if (key.size() != 2 * kDigestBytes) return false;
   for (char c : key) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
-// Writes all of `bytes` to fd; false on error.
-bool WriteAll(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    bytes.remove_prefix(static_cast<std::size_t>(n));
   }
   return true;
 }
@@ -179,26 +169,9 @@ absl::Status StoreEntry(const std::string& dir, std::string_view key, const T& v
   const auto digest = h.Finish();
   bytes.append(reinterpret_cast<const char*>(digest.data()), digest.size());
 
-  std::random_device rd;
-  const std::string tmp = absl::StrCat(dir, "/.tmp-", std::string(key), "-", getpid(), "-", rd());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("import cache: cannot create ", tmp, ": ", std::strerror(errno)));
-  }
-  const bool written = WriteAll(fd, bytes) && fsync(fd) == 0;
-  const bool closed = close(fd) == 0;
-  if (!written || !closed || rename(tmp.c_str(), EntryPath(dir, key, kKindOf<T>).c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("import cache: cannot write entry ", std::string(key),
-                                            ": ", std::strerror(err)));
-  }
-  // Make the rename itself durable.
-  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    fsync(dir_fd);
-    close(dir_fd);
+  absl::Status written = WriteFileAtomically(EntryPath(dir, key, kKindOf<T>), bytes);
+  if (!written.ok()) {
+    return absl::InternalError(absl::StrCat("import cache: ", std::string(written.message())));
   }
   return absl::OkStatus();
 }

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "clash/cad/durable_file.h"
 
 namespace clash::cad::internal {
 namespace {
@@ -499,29 +500,11 @@ template absl::StatusOr<MeshBuffers> ParseWorkerOutput(std::string_view, std::si
 template absl::StatusOr<ImportedAssembly> ParseWorkerOutput(std::string_view, std::size_t);
 
 absl::StatusOr<std::string> ReadEncodedFile(const std::string& path, std::size_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError("malformed worker output: no result file");
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InternalError("malformed worker output: result is not a regular file");
-  }
-  const auto size = static_cast<std::size_t>(st.st_size);
-  if (size > max_bytes) {
-    close(fd);
+  absl::StatusOr<std::string> bytes = ReadFileCapped(path, max_bytes);
+  if (!bytes.ok()) {
     return absl::InternalError(
-        absl::StrCat("malformed worker output: ", size, " bytes exceed the limit of ", max_bytes));
+        absl::StrCat("malformed worker output: ", std::string(bytes.status().message())));
   }
-  std::string bytes(size, '\0');
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t n = read(fd, bytes.data() + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  close(fd);
-  if (done != size) return absl::InternalError("malformed worker output: short read");
   return bytes;
 }
 

@@ -1,0 +1,26 @@
+// Whole files written durably and read with a size cap, shared by the worker protocol, the
+// import cache and clashd's stores.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace clash::cad {
+
+/// Replaces `path` with `bytes` atomically and durably: a temporary ".tmp-*" file in the same
+/// folder, fsync, rename, fsync of the folder. Readers see the old content or the new, never a
+/// mix; after a crash the file holds one of them. INTERNAL on I/O errors (the temporary is
+/// removed).
+[[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
+
+/// The whole regular file at `path`. NOT_FOUND when missing, RESOURCE_EXHAUSTED above
+/// `max_bytes`, INTERNAL when it is not a regular file, cannot be read or is shorter than it
+/// claimed.
+[[nodiscard]] absl::StatusOr<std::string> ReadFileCapped(const std::string& path,
+                                                         std::size_t max_bytes);
+
+}  // namespace clash::cad

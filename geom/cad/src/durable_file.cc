@@ -1,0 +1,89 @@
+#include "clash/cad/durable_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace clash::cad {
+namespace {
+
+std::string Errno(int err) { return std::strerror(err); }
+
+bool WriteAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+void SyncDir(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
+  static std::atomic<uint64_t> counter{0};
+  const std::filesystem::path target(path);
+  const std::string dir = target.parent_path().string();
+  const std::string tmp =
+      absl::StrCat(dir, "/.tmp-", target.filename().string(), "-", getpid(), "-", counter++);
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", Errno(errno)));
+  const bool written = WriteAll(fd, bytes) && fsync(fd) == 0;
+  const int write_err = errno;
+  const bool closed = close(fd) == 0;
+  if (!written || !closed || rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = written && closed ? errno : write_err;
+    unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", Errno(err)));
+  }
+  SyncDir(dir);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFileCapped(const std::string& path, std::size_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
+    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", Errno(errno)));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InternalError(absl::StrCat(path, " is not a regular file"));
+  }
+  if (static_cast<std::size_t>(st.st_size) > max_bytes) {
+    close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, " is ", st.st_size, " bytes, above the limit of ", max_bytes));
+  }
+  std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  close(fd);
+  if (done != bytes.size()) return absl::InternalError(absl::StrCat("short read of ", path));
+  return bytes;
+}
+
+}  // namespace clash::cad
