@@ -132,6 +132,13 @@ absl::StatusOr<v1::Part> Client::GetPart(const std::string& part_id) {
                                             options_.edit_timeout, true);
 }
 
+absl::StatusOr<v1::PartMesh> Client::GetPartMesh(const std::string& part_id) {
+  v1::GetPartMeshRequest request;
+  request.set_part_id(part_id);
+  return Call<v1::GetPartMeshRequest, v1::PartMesh>(CLASH_BIND(parts_, GetPartMesh), request,
+                                                    options_.edit_timeout, true);
+}
+
 absl::StatusOr<std::vector<v1::Part>> Client::ListParts() {
   std::vector<v1::Part> out;
   v1::ListPartsRequest request;

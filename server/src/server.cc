@@ -170,6 +170,39 @@ struct ClashServer::Impl {
         return absl::OkStatus();
       });
     }
+    grpc::Status GetPartMesh(grpc::ServerContext* ctx, const v1::GetPartMeshRequest* request,
+                             v1::PartMesh* response) override {
+      return impl_->Serve(ctx, "GetPartMesh", [&]() -> absl::Status {
+        if (!PartStore::IsPartId(request->part_id())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("part_id '", request->part_id(), "' is not \"p\" + 32 hex digits"));
+        }
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry,
+                               impl_->parts->Get(request->part_id()));
+        const geom::TriangleMesh& mesh = entry->geom->mesh();
+        response->set_part_id(request->part_id());
+        auto* xyz = response->mutable_vertices_mm();
+        xyz->Reserve(static_cast<int>(3 * mesh.vertices().size()));
+        for (const geom::Vec3& v : mesh.vertices()) {
+          for (int k = 0; k < 3; ++k) xyz->AddAlreadyReserved(v[k]);
+        }
+        auto* tris = response->mutable_triangles();
+        tris->Reserve(static_cast<int>(3 * mesh.num_triangles()));
+        for (const geom::TriangleMesh::Index3& t : mesh.triangles()) {
+          for (uint32_t i : t) tris->AddAlreadyReserved(i);
+        }
+        response->mutable_face_ids()->Add(mesh.tags().begin(), mesh.tags().end());
+        const std::size_t bytes = response->ByteSizeLong();
+        if (bytes > impl_->config.max_message_bytes) {
+          response->Clear();
+          return absl::ResourceExhaustedError(
+              absl::StrCat("the mesh of ", request->part_id(), " takes ", bytes,
+                           " bytes, above the server's --max-message-bytes (",
+                           impl_->config.max_message_bytes, ")"));
+        }
+        return absl::OkStatus();
+      });
+    }
     grpc::Status ListParts(grpc::ServerContext* ctx, const v1::ListPartsRequest* request,
                            v1::ListPartsResponse* response) override {
       return impl_->Serve(ctx, "ListParts", [&]() -> absl::Status {

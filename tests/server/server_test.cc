@@ -194,6 +194,84 @@ TEST_F(ServerTest, OversizedUploadsAreResourceExhausted) {
   EXPECT_THAT(client_->UploadMesh(req), StatusIs(absl::StatusCode::kResourceExhausted, "limit"));
 }
 
+// GetPartMesh answers the mesh as stored: a triangle soup comes back welded (one vertex per
+// corner position), every triangle over the same corners in the same order, with its face id.
+TEST_F(ServerTest, GetPartMeshReturnsTheWeldedUpload) {
+  const RawMesh box = testing::MakeBox(Vec3(1, 2, 3));
+  v1::UploadMeshRequest soup;  // three vertices of its own per triangle
+  soup.set_name("soup");
+  for (std::size_t i = 0; i < box.t.size(); ++i) {
+    for (uint32_t k : box.t[i]) {
+      for (int c = 0; c < 3; ++c) soup.add_vertices_mm(box.v[k][c]);
+      soup.add_triangles(static_cast<uint32_t>(soup.triangles_size()));
+    }
+    soup.add_face_ids(static_cast<uint32_t>(100 + i / 2));
+  }
+  auto part = client_->UploadMesh(soup);
+  ASSERT_THAT(part.status(), IsOk());
+  auto mesh = client_->GetPartMesh(part->part_id());
+  ASSERT_THAT(mesh.status(), IsOk());
+  EXPECT_EQ(mesh->part_id(), part->part_id());
+  EXPECT_EQ(mesh->vertices_mm_size(), 3 * 8);
+  EXPECT_EQ(static_cast<uint64_t>(mesh->vertices_mm_size() / 3), part->vertex_count());
+  ASSERT_EQ(static_cast<uint64_t>(mesh->triangles_size() / 3), part->triangle_count());
+  ASSERT_EQ(mesh->triangles_size(), soup.triangles_size());
+  EXPECT_THAT(mesh->face_ids(), ::testing::ElementsAreArray(soup.face_ids()));
+  for (int i = 0; i < mesh->triangles_size(); ++i) {
+    const uint32_t k = mesh->triangles(i);
+    ASSERT_LT(3 * k + 2, static_cast<uint32_t>(mesh->vertices_mm_size()));
+    for (int c = 0; c < 3; ++c) {  // welding keeps one of the bit-identical copies
+      EXPECT_EQ(mesh->vertices_mm(static_cast<int>(3 * k) + c), soup.vertices_mm(3 * i + c));
+    }
+  }
+  // Cleaning is a fixed point: the answer uploaded again comes back unchanged. (Part ids hash
+  // the uploaded buffers, so this part has an id of its own.)
+  v1::UploadMeshRequest again;
+  *again.mutable_vertices_mm() = mesh->vertices_mm();
+  *again.mutable_triangles() = mesh->triangles();
+  *again.mutable_face_ids() = mesh->face_ids();
+  auto same = client_->UploadMesh(again);
+  ASSERT_THAT(same.status(), IsOk());
+  EXPECT_EQ(same->welded_vertices(), 0u);
+  auto mesh_again = client_->GetPartMesh(same->part_id());
+  ASSERT_THAT(mesh_again.status(), IsOk());
+  EXPECT_THAT(mesh_again->vertices_mm(), ::testing::ElementsAreArray(mesh->vertices_mm()));
+  EXPECT_THAT(mesh_again->triangles(), ::testing::ElementsAreArray(mesh->triangles()));
+  EXPECT_THAT(mesh_again->face_ids(), ::testing::ElementsAreArray(mesh->face_ids()));
+}
+
+TEST_F(ServerTest, GetPartMeshErrors) {
+  EXPECT_THAT(client_->GetPartMesh("../../etc/passwd"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "part_id"));
+  EXPECT_THAT(client_->GetPartMesh("p" + std::string(32, '1')),
+              StatusIs(absl::StatusCode::kNotFound, "part"));
+  const std::string id = Upload(testing::MakeSubdividedBox(Vec3(1, 1, 1), 5), "big");
+  ServerConfig small;  // the part stays on disk; its ~6 kB mesh no longer fits a message
+  small.max_message_bytes = 4096;
+  Restart(small);
+  EXPECT_THAT(client_->GetPart(id).status(), IsOk());
+  EXPECT_THAT(client_->GetPartMesh(id),
+              StatusIs(absl::StatusCode::kResourceExhausted, "max-message-bytes"));
+}
+
+// An imported part's mesh holds Part.triangle_count triangles and vertex_count vertices.
+TEST_F(ServerTest, GetPartMeshOfImportedParts) {
+  const std::string file = std::string(CLASH_CAD_DATA_DIR) + "/as1-oc-214-mat.stp";
+  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << " (../shared absent)";
+  auto imported = client_->ImportCad(file);
+  ASSERT_THAT(imported.status(), IsOk());
+  ASSERT_GT(imported->parts_size(), 0);
+  for (const v1::Part& p : imported->parts()) {
+    auto mesh = client_->GetPartMesh(p.part_id());
+    ASSERT_THAT(mesh.status(), IsOk()) << p.name();
+    EXPECT_EQ(static_cast<uint64_t>(mesh->triangles_size()), 3 * p.triangle_count()) << p.name();
+    EXPECT_EQ(static_cast<uint64_t>(mesh->vertices_mm_size()), 3 * p.vertex_count()) << p.name();
+    EXPECT_EQ(static_cast<uint64_t>(mesh->face_ids_size()), p.triangle_count()) << p.name();
+    const auto max_face = std::max_element(mesh->face_ids().begin(), mesh->face_ids().end());
+    EXPECT_LT(*max_face, static_cast<uint32_t>(p.faces_total())) << p.name();
+  }
+}
+
 TEST_F(ServerTest, UnknownIdsAreNotFound) {
   const std::string missing_scene = "s" + std::string(32, '0');
   EXPECT_THAT(client_->GetScene(missing_scene), StatusIs(absl::StatusCode::kNotFound, "scene"));

@@ -59,6 +59,9 @@ class Client {
       const ProgressFn& progress = {});
   [[nodiscard]] absl::StatusOr<v1::Part> UploadMesh(const v1::UploadMeshRequest& request);
   [[nodiscard]] absl::StatusOr<v1::Part> GetPart(const std::string& part_id);
+  /// A part's cleaned mesh (part frame, mm). RESOURCE_EXHAUSTED when it exceeds the server's
+  /// or this client's message size limit.
+  [[nodiscard]] absl::StatusOr<v1::PartMesh> GetPartMesh(const std::string& part_id);
   [[nodiscard]] absl::StatusOr<std::vector<v1::Part>> ListParts();
   [[nodiscard]] absl::StatusOr<v1::Assembly> GetAssembly(const std::string& assembly_id);
 
