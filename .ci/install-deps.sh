@@ -23,14 +23,22 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev
   # the second-language client test (Python stubs generated at test time)
   python3-grpcio python3-grpc-tools python3-protobuf
+  # the HTML sequence report's screenshot test (headless, software WebGL)
+  chromium
 )
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# node and npm install three.js for clashctl's HTML report at build time. Checked as commands,
+# not packages: a machine with another Node.js build (e.g. NodeSource's, whose nodejs package
+# carries npm and conflicts with Debian's npm) needs nothing more.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  echo "install-deps: all ${#PACKAGES[@]} packages present (and node, npm)"
   exit 0
 fi
 echo "install-deps: installing ${#missing[@]} package(s): ${missing[*]}"

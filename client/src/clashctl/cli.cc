@@ -14,9 +14,11 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "clash/client/client.h"
 #include "clashctl/args.h"
 #include "clashctl/format.h"
+#include "clashctl/report.h"
 
 namespace clash::clashctl {
 namespace {
@@ -533,7 +535,58 @@ struct ValidateArgs {
   bool profile = false;
   bool free_directions = false;
   std::string junit;
+  std::string html;
+  uint64_t html_max_triangles = kDefaultReportTriangles;
 };
+
+// The HTML report: the scene's instances, the parts the step views draw and their meshes, most
+// important first (moving parts and blockers), while the triangle budget lasts.
+int WriteHtmlReport(Session& s, const ValidateArgs& a, const v1::ValidateSequenceRequest& request,
+                    const client::Client::SequenceReport& report) {
+  SequenceReportData data;
+  data.scene_id = a.scene;
+  data.sequence_file = a.file;
+  data.request = request;
+  data.steps = report.steps;
+  data.summary = report.summary;
+  absl::StatusOr<std::vector<v1::Instance>> instances = s.client().ListInstances(a.scene);
+  if (!instances.ok()) return s.Failed(instances.status());
+  data.instances = *std::move(instances);
+  data.views = PlanStepViews(request, data.steps, data.instances);
+  uint64_t triangles = 0;
+  std::vector<std::string> left_out;
+  for (const std::string& id : ViewPartIds(data.views, data.instances)) {
+    absl::StatusOr<v1::Part> part = s.client().GetPart(id);
+    if (!part.ok()) return s.Failed(part.status());
+    if (triangles + part->triangle_count() > a.html_max_triangles) {
+      left_out.push_back(absl::StrCat(part->name(), " (", part->triangle_count(), ")"));
+    } else {
+      absl::StatusOr<v1::PartMesh> mesh = s.client().GetPartMesh(id);
+      if (mesh.ok()) {
+        triangles += part->triangle_count();
+        data.meshes[id] = *std::move(mesh);
+      } else if (mesh.status().code() == absl::StatusCode::kResourceExhausted) {
+        left_out.push_back(absl::StrCat(part->name(), " (", mesh.status().message(), ")"));
+      } else {
+        return s.Failed(mesh.status());
+      }
+    }
+    data.parts[id] = *std::move(part);
+  }
+  if (!left_out.empty()) {
+    data.notes.push_back(
+        absl::StrCat("Drawn as bounding boxes (over the budget of ", a.html_max_triangles,
+                     " triangles, --html-max-triangles): ", absl::StrJoin(left_out, ", "), "."));
+  }
+  std::ofstream file(a.html, std::ios::binary | std::ios::trunc);
+  file << SequenceHtmlReport(data);
+  file.close();
+  if (!file) {
+    s.err() << "clashctl: cannot write " << a.html << "\n";
+    return kExitUsage;
+  }
+  return kExitOk;
+}
 
 int RunValidate(Session& s, const ValidateArgs& a) {
   absl::StatusOr<std::string> text = ReadFile(a.file);
@@ -575,6 +628,9 @@ int RunValidate(Session& s, const ValidateArgs& a) {
       s.err() << "clashctl: cannot write " << a.junit << "\n";
       return kExitUsage;
     }
+  }
+  if (!a.html.empty()) {
+    if (const int rc = WriteHtmlReport(s, a, request, *report); rc != kExitOk) return rc;
   }
   return report->summary.steps_blocked() > 0 ? kExitFound : kExitOk;
 }
@@ -817,6 +873,10 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
                          "test escape directions of blocked steps");
   validate_cmd->add_option("--junit", validate_args.junit,
                            "also write a JUnit XML report (one test case per step) to FILE");
+  validate_cmd->add_option("--html", validate_args.html,
+                           "also write a self-contained HTML report with a 3D view per step");
+  validate_cmd->add_option("--html-max-triangles", validate_args.html_max_triangles,
+                           "triangles the HTML report embeds at most (larger parts: boxes)");
   on_run(validate_cmd, [&] { return RunValidate(session, validate_args); });
 
   DistanceArgs distance_args;
