@@ -47,18 +47,18 @@ def load_stubs(proto_dir):
             subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", includes,
                             "--grpc_python_out", _GEN] + files, check=True)
         sys.path.insert(0, _GEN)
+    import importlib
     import grpc
-    from clash.v1 import (common_pb2, parts_pb2, parts_pb2_grpc, queries_pb2, queries_pb2_grpc,
-                          scenes_pb2, scenes_pb2_grpc, sequences_pb2, sequences_pb2_grpc)
-    from clash_health import health_pb2, health_pb2_grpc
 
     class Stubs:
         pass
 
     s = Stubs()
-    for name, mod in list(locals().items()):
-        if name.endswith("_pb2") or name.endswith("_pb2_grpc"):
-            setattr(s, name, mod)
+    for name in ("common", "parts", "scenes", "queries", "sequences"):
+        setattr(s, f"{name}_pb2", importlib.import_module(f"clash.v1.{name}_pb2"))
+        setattr(s, f"{name}_pb2_grpc", importlib.import_module(f"clash.v1.{name}_pb2_grpc"))
+    s.health_pb2 = importlib.import_module("clash_health.health_pb2")
+    s.health_pb2_grpc = importlib.import_module("clash_health.health_pb2_grpc")
     s.grpc = grpc
     return s
 
@@ -257,3 +257,17 @@ def pose(pb, x=0.0, y=0.0, z=0.0, quat=(1.0, 0.0, 0.0, 0.0)):
     p = pb.common_pb2.Pose(translation_mm=pb.common_pb2.Vec3(x=x, y=y, z=z))
     p.quaternion.w, p.quaternion.x, p.quaternion.y, p.quaternion.z = quat
     return p
+
+
+def main(module_globals, *options):
+    """Parses --bin-dir, --proto-dir and the test's own `options` ((flag, kwargs) pairs) into the
+    test module's ARGS and runs its unittest cases."""
+    import argparse
+    import unittest
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--proto-dir", required=True)
+    for flag, kwargs in options:
+        parser.add_argument(flag, **kwargs)
+    module_globals["ARGS"], rest = parser.parse_known_args()
+    unittest.main(module=module_globals["__name__"], argv=[sys.argv[0]] + rest)

@@ -19,7 +19,6 @@ the workers' TMPDIR.
 
 Usage: malformed_upload_test.py --bin-dir BUILD_DIR --proto-dir PROTO_DIR [--data DIR]
 """
-import argparse
 import os
 import random
 import shutil
@@ -240,9 +239,4 @@ class MalformedUploadTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin-dir", required=True)
-    parser.add_argument("--proto-dir", required=True)
-    parser.add_argument("--data", default="")
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest)
+    h.main(globals(), ("--data", {"default": ""}))
