@@ -4,6 +4,7 @@ temp-file checks. Imported by tests/service/*_test.py and bench/load/clash_load.
 Stubs are generated once per process into a temp folder, as tests/python/plugin_client_test.py
 does: messages with Debian's protoc, services with python3-grpc-tools.
 """
+import atexit
 import os
 import re
 import shutil
@@ -31,8 +32,14 @@ def scaled(n, minimum=1):
 def load_stubs(proto_dir):
     """Generates and imports the clash.v1 and grpc.health.v1 stubs; returns a namespace."""
     global _GEN
+    if _GEN is None and os.environ.get("CLASH_STUBS_DIR"):
+        # A child process of a run that generated them already (see clash_load.py).
+        sys.path.insert(0, os.environ["CLASH_STUBS_DIR"])
+        _GEN = ""
     if _GEN is None:
         _GEN = tempfile.mkdtemp(prefix="clash-stubs-")
+        os.environ["CLASH_STUBS_DIR"] = _GEN
+        atexit.register(remove_stubs)
         protos = [os.path.join(proto_dir, "clash", "v1", f + ".proto")
                   for f in ("common", "parts", "scenes", "queries", "sequences")]
         # grpc.health.v1 under another module path: "grpc" is the installed grpc package.
@@ -64,8 +71,10 @@ def load_stubs(proto_dir):
 
 
 def remove_stubs():
-    if _GEN is not None:
+    global _GEN
+    if _GEN:
         shutil.rmtree(_GEN, ignore_errors=True)
+        _GEN = ""
 
 
 class Channel:
