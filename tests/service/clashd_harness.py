@@ -154,6 +154,8 @@ class Clashd:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.02)
+        if self.proc.poll() is None:
+            self.kill9()
         raise RuntimeError(f"clashd did not start:\n{self.log()}")
 
     def log(self):
