@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>  // mkdtemp
 #include <string.h>  // sigabbrev_np
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -117,11 +118,16 @@ struct ChildSetup {
   rlim_t cpu_seconds = 0;
   rlim_t address_space = 0;
   rlim_t max_output = 0;
+  pid_t parent = 0;  // the caller, whose death must take the worker with it
 };
 
 [[noreturn]] void ExecChild(const ChildSetup& setup, char* const* argv, char* const* envp,
                             int error_pipe) {
   setpgid(0, 0);
+  // A caller killed with SIGKILL cannot kill its worker: the kernel does, as the forking thread
+  // (which waits for the worker) dies. If the caller died before this line, exit now.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != setup.parent) _exit(127);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -207,6 +213,7 @@ absl::StatusOr<std::string> RunWorker(const std::string& path, const Tessellatio
   for (std::string& e : setup.env) envp.push_back(e.data());
   envp.push_back(nullptr);
 
+  setup.parent = getpid();
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
