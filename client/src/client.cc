@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string_view>
 #include <thread>
 
