@@ -402,7 +402,7 @@ absl::Status World::Build() {
   CLASH_ASSIGN_OR_RETURN(server_, server::ClashServer::Start(config));
   client::ClientOptions options;
   options.target = absl::StrCat("127.0.0.1:", server_->port());
-  client_ = client::Client::Connect(options);
+  CLASH_ASSIGN_OR_RETURN(client_, client::Client::Connect(options));
 
   CLASH_ASSIGN_OR_RETURN(v1::ImportCadResponse imported, client_->ImportCad(assembly_file_));
   assembly_instances_ = imported.assembly().instances_size();
@@ -413,7 +413,8 @@ absl::Status World::Build() {
   for (const char* sub : {"parts", "assemblies"}) {
     std::error_code ec;
     fs::create_directories(local, ec);
-    fs::copy(config.data_dir + "/" + sub, local + "/" + sub, fs::copy_options::recursive, ec);
+    fs::copy(config.data_dir + "/tenants/local/" + sub, local + "/" + sub,
+             fs::copy_options::recursive, ec);
     if (ec) return absl::InternalError(absl::StrCat("copy ", sub, ": ", ec.message()));
   }
   CLASH_ASSIGN_OR_RETURN(parts_, server::PartStore::Open(local, config.max_part_triangles));

@@ -1,9 +1,12 @@
 #include "clash/client/client.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <random>
+#include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -18,8 +21,36 @@ bool Retryable(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
-void SetDeadline(grpc::ClientContext* ctx, std::chrono::system_clock::time_point deadline) {
-  ctx->set_deadline(deadline);
+// Hosts whose traffic never leaves the machine: "localhost", 127.x.y.z, [::1], unix sockets.
+bool IsLoopbackTarget(std::string_view target) {
+  if (target.rfind("unix:", 0) == 0) return true;
+  if (target.rfind("dns:///", 0) == 0) target.remove_prefix(7);
+  if (target.rfind("ipv4:", 0) == 0 || target.rfind("ipv6:", 0) == 0) target.remove_prefix(5);
+  if (target.rfind("[::1]", 0) == 0) return true;
+  const std::string_view host = target.substr(0, target.rfind(':'));
+  return host == "localhost" || host.rfind("127.", 0) == 0;
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream buffer;
+  if (in) buffer << in.rdbuf();
+  std::string text = buffer.str();
+  if (text.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read the ", what, " file '", path, "'"));
+  }
+  return text;
+}
+
+absl::StatusOr<std::string> FirstLineOf(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read a token from '", path, "'"));
+  }
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  if (line.empty()) return absl::InvalidArgumentError(absl::StrCat("empty token in '", path, "'"));
+  return line;
 }
 
 }  // namespace
@@ -29,13 +60,60 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return {static_cast<absl::StatusCode>(status.error_code()), status.error_message()};
 }
 
-std::unique_ptr<Client> Client::Connect(const ClientOptions& options) {
+absl::StatusOr<std::string> FindToken(const std::string& path) {
+  if (const char* env = std::getenv("CLASH_TOKEN"); env != nullptr && *env != '\0') return env;
+  if (!path.empty()) return FirstLineOf(path);
+  if (const char* file = std::getenv("CLASH_TOKEN_FILE"); file != nullptr && *file != '\0') {
+    return FirstLineOf(file);
+  }
+  return std::string();
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
-  auto channel =
-      grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (options.tls) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tls_ca_file.empty()) {
+      absl::StatusOr<std::string> ca = ReadPem(options.tls_ca_file, "CA");
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = *std::move(ca);
+    }
+    if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+      return absl::InvalidArgumentError("a client certificate needs both its file and its key");
+    }
+    if (!options.tls_cert_file.empty()) {
+      absl::StatusOr<std::string> cert = ReadPem(options.tls_cert_file, "client certificate");
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadPem(options.tls_key_file, "client key");
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *std::move(cert);
+      ssl.pem_private_key = *std::move(key);
+    }
+    if (!options.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(options.tls_server_name);
+    }
+    credentials = grpc::SslCredentials(ssl);
+  } else {
+    if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
+      return absl::InvalidArgumentError("TLS files given but TLS is off (set tls / --tls)");
+    }
+    if (!options.token.empty() && !IsLoopbackTarget(options.target)) {
+      return absl::InvalidArgumentError(absl::StrCat("refusing to send a token in plaintext to ",
+                                                     options.target, ": use TLS (--tls)"));
+    }
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  auto channel = grpc::CreateCustomChannel(options.target, credentials, args);
   return FromChannel(std::move(channel), options);
+}
+
+void Client::Prepare(grpc::ClientContext* ctx,
+                     std::chrono::system_clock::time_point deadline) const {
+  ctx->set_deadline(deadline);
+  if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
 }
 
 std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> channel,
@@ -61,7 +139,7 @@ absl::StatusOr<Response> Client::Call(Method method, const Request& request,
   grpc::Status status;
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, deadline);
+    Prepare(&ctx, deadline);
     Response response;
     status = method(&ctx, request, &response);
     if (status.ok()) return response;
@@ -89,7 +167,7 @@ absl::StatusOr<v1::ImportCadResponse> Client::ImportCad(const std::string& path,
   const uint64_t size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, std::chrono::system_clock::now() + options_.import_timeout);
+  Prepare(&ctx, std::chrono::system_clock::now() + options_.import_timeout);
   v1::ImportCadResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::ImportCadRequest>> writer =
       parts_->ImportCad(&ctx, &response);
@@ -282,7 +360,7 @@ absl::StatusOr<Client::SequenceReport> Client::ValidateSequence(
     const v1::ValidateSequenceRequest& request,
     const std::function<void(const v1::ValidateSequenceEvent&)>& on_event) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, std::chrono::system_clock::now() + options_.sequence_timeout);
+  Prepare(&ctx, std::chrono::system_clock::now() + options_.sequence_timeout);
   std::unique_ptr<grpc::ClientReader<v1::ValidateSequenceEvent>> reader =
       sequences_->ValidateSequence(&ctx, request);
   SequenceReport report;

@@ -62,6 +62,34 @@ int main(int argc, char** argv) {
                  "On SIGTERM: time in-flight calls get before they are cancelled")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--tls-cert", config.tls_cert_file, "TLS certificate chain (PEM)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", config.tls_key_file, "TLS private key (PEM)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-client-ca", config.tls_client_ca_file,
+                 "CA bundle (PEM): require client certificates it signed")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tokens", config.tokens_file,
+                 "Token file: lines '<sha256 hex of the token> <tenant>'; every call then needs "
+                 "'authorization: Bearer <token>'")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--health-requires-token", config.health_requires_token,
+               "grpc.health.v1 needs a token too (default: open for probes)");
+  app.add_option("--tenant-max-storage-bytes", config.tenant_max_storage_bytes,
+                 "Per-tenant bytes on disk (0: no quota)")
+      ->capture_default_str();
+  app.add_option("--tenant-max-concurrent-imports", config.tenant_max_concurrent_imports,
+                 "Per-tenant imports at once (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
+  app.add_option("--tenant-requests-per-second", config.tenant_requests_per_second,
+                 "Per-tenant call rate (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--tenant-burst", config.tenant_burst,
+                 "Calls a tenant may make at once above its rate (default: one second's worth)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--quiet", config.quiet, "No per-RPC log lines");
   CLI11_PARSE(app, argc, argv);
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "auth.h"
 #include "clash/cad/assembly.h"
 #include "clash/cad/import_cache.h"
 #include "clash/cad/isolated_import.h"
@@ -27,7 +28,8 @@
 #include "convert.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "health.h"
 #include "limiter.h"
 #include "log.h"
 #include "metrics.h"
@@ -36,6 +38,7 @@
 #include "scene.h"
 #include "sequence_engine.h"
 #include "storage.h"
+#include "tenant.h"
 
 namespace clash::server {
 namespace {
@@ -87,6 +90,54 @@ absl::StatusOr<std::size_t> PageSize(int requested, int fallback, int max) {
   return static_cast<std::size_t>(requested == 0 ? fallback : std::min(requested, max));
 }
 
+// Plaintext only on loopback; TLS (optionally requiring client certificates) everywhere else,
+// and then some way to tell callers apart (tokens or client certificates).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenerCredentials(
+    const ServerConfig& config) {
+  const bool tls = !config.tls_cert_file.empty() || !config.tls_key_file.empty();
+  if (!tls) {
+    if (!config.tls_client_ca_file.empty()) {
+      return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+    }
+    if (!IsLoopbackListen(config.listen)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing plaintext on ", config.listen,
+          ", which is not a loopback address: give --tls-cert and --tls-key (see README, "
+          "Deployment)"));
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (config.tls_cert_file.empty() || config.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+  }
+  if (!IsLoopbackListen(config.listen) && config.tokens_file.empty() &&
+      config.tls_client_ca_file.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve ", config.listen,
+        " without authentication: give --tokens or --tls-client-ca (see README, Deployment)"));
+  }
+  auto read = [](const std::string& path, const char* what) -> absl::StatusOr<std::string> {
+    absl::StatusOr<std::string> text = ReadFileCapped(path, std::size_t{1} << 20);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot read the ", what, " file ", path, ": ",
+                                                     std::string(text.status().message())));
+    }
+    return text;
+  };
+  grpc::SslServerCredentialsOptions options(
+      config.tls_client_ca_file.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  CLASH_ASSIGN_OR_RETURN(pair.private_key, read(config.tls_key_file, "TLS key"));
+  CLASH_ASSIGN_OR_RETURN(pair.cert_chain, read(config.tls_cert_file, "TLS certificate"));
+  options.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!config.tls_client_ca_file.empty()) {
+    CLASH_ASSIGN_OR_RETURN(options.pem_root_certs, read(config.tls_client_ca_file, "client CA"));
+  }
+  return grpc::SslServerCredentials(options);
+}
+
 }  // namespace
 
 struct ClashServer::Impl {
@@ -97,15 +148,23 @@ struct ClashServer::Impl {
         parts_service(this),
         scenes_service(this),
         queries_service(this),
-        sequences_service(this) {}
+        sequences_service(this),
+        health_service([this](grpc::ServerContext* ctx) { return AdmitHealth(ctx); }) {}
 
   // Runs one RPC body: catches everything, logs one line, records metrics.
   template <class Body>
   grpc::Status Serve(grpc::ServerContext* ctx, const char* method, Body&& body) {
     const auto start = std::chrono::steady_clock::now();
     grpc::Status status;
+    std::string tenant_name;
     try {
-      status = ToGrpc(body());
+      absl::StatusOr<std::shared_ptr<Tenant>> tenant = Admit(ctx);
+      if (tenant.ok()) {
+        tenant_name = (*tenant)->name();
+        status = ToGrpc(body(**tenant));
+      } else {
+        status = ToGrpc(tenant.status());
+      }
     } catch (const std::bad_alloc&) {
       status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory");
     } catch (const std::exception& e) {
@@ -120,7 +179,8 @@ struct ClashServer::Impl {
     const char* code = CodeName(status.error_code());
     metrics.RecordRpc(method, code, seconds);
     std::string line =
-        absl::StrFormat("rpc=%s peer=%s code=%s ms=%.3f", method, ctx->peer(), code, seconds * 1e3);
+        absl::StrFormat("rpc=%s peer=%s tenant=%s code=%s ms=%.3f", method, ctx->peer(),
+                        tenant_name.empty() ? "-" : tenant_name, code, seconds * 1e3);
     if (!status.ok()) absl::StrAppend(&line, " error=\"", status.error_message(), "\"");
     LogLine(status.ok() || status.error_code() == grpc::StatusCode::NOT_FOUND ? LogLevel::kInfo
                                                                               : LogLevel::kWarning,
@@ -135,11 +195,11 @@ struct ClashServer::Impl {
                            grpc::ServerReader<v1::ImportCadRequest>* reader,
                            v1::ImportCadResponse* response) override {
       return impl_->Serve(ctx, "ImportCad",
-                          [&] { return impl_->DoImportCad(ctx, reader, response); });
+                          [&](Tenant& t) { return impl_->DoImportCad(t, ctx, reader, response); });
     }
     grpc::Status UploadMesh(grpc::ServerContext* ctx, const v1::UploadMeshRequest* request,
                             v1::Part* response) override {
-      return impl_->Serve(ctx, "UploadMesh", [&]() -> absl::Status {
+      return impl_->Serve(ctx, "UploadMesh", [&](Tenant& t) -> absl::Status {
         PartInput in;
         in.name = request->name();
         in.xyz_mm = {request->vertices_mm().data(),
@@ -153,19 +213,20 @@ struct ClashServer::Impl {
           return absl::InvalidArgumentError(
               "vertices_mm and triangles must hold 3 values per vertex and per triangle");
         }
-        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, impl_->parts->Put(in));
+        CLASH_RETURN_IF_ERROR(t.CheckStorage(request->ByteSizeLong()).status());
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, t.parts().Put(in));
         *response = entry->info;
         return absl::OkStatus();
       });
     }
     grpc::Status GetPart(grpc::ServerContext* ctx, const v1::GetPartRequest* request,
                          v1::Part* response) override {
-      return impl_->Serve(ctx, "GetPart", [&]() -> absl::Status {
+      return impl_->Serve(ctx, "GetPart", [&](Tenant& t) -> absl::Status {
         if (!PartStore::IsPartId(request->part_id())) {
           return absl::NotFoundError(absl::StrCat("no part '", request->part_id(), "'"));
         }
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry,
-                               impl_->parts->Get(request->part_id()));
+                               t.parts().Get(request->part_id()));
         *response = entry->info;
         return absl::OkStatus();
       });
@@ -205,11 +266,11 @@ struct ClashServer::Impl {
     }
     grpc::Status ListParts(grpc::ServerContext* ctx, const v1::ListPartsRequest* request,
                            v1::ListPartsResponse* response) override {
-      return impl_->Serve(ctx, "ListParts", [&]() -> absl::Status {
+      return impl_->Serve(ctx, "ListParts", [&](Tenant& t) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 100, 1000));
-        const std::vector<std::string> ids = impl_->parts->ListIds(request->page_token(), n + 1);
+        const std::vector<std::string> ids = t.parts().ListIds(request->page_token(), n + 1);
         for (std::size_t i = 0; i < ids.size() && i < n; ++i) {
-          absl::StatusOr<std::shared_ptr<const PartEntry>> e = impl_->parts->Get(ids[i]);
+          absl::StatusOr<std::shared_ptr<const PartEntry>> e = t.parts().Get(ids[i]);
           if (e.ok()) *response->add_parts() = (*e)->info;
         }
         if (ids.size() > n) response->set_next_page_token(ids[n - 1]);
@@ -218,8 +279,8 @@ struct ClashServer::Impl {
     }
     grpc::Status GetAssembly(grpc::ServerContext* ctx, const v1::GetAssemblyRequest* request,
                              v1::Assembly* response) override {
-      return impl_->Serve(ctx, "GetAssembly", [&]() -> absl::Status {
-        CLASH_ASSIGN_OR_RETURN(*response, impl_->parts->GetAssembly(request->assembly_id()));
+      return impl_->Serve(ctx, "GetAssembly", [&](Tenant& t) -> absl::Status {
+        CLASH_ASSIGN_OR_RETURN(*response, t.parts().GetAssembly(request->assembly_id()));
         return absl::OkStatus();
       });
     }
@@ -234,12 +295,12 @@ struct ClashServer::Impl {
 
     grpc::Status CreateScene(grpc::ServerContext* ctx, const v1::CreateSceneRequest* request,
                              v1::Scene* response) override {
-      return impl_->Serve(ctx, "CreateScene", [&]() -> absl::Status {
+      return impl_->Serve(ctx, "CreateScene", [&](Tenant& t) -> absl::Status {
         if (request->name().size() > 1024) {
           return absl::InvalidArgumentError("scene name longer than 1024 bytes");
         }
-        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene,
-                               impl_->scenes->Create(request->name()));
+        CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Create(request->name()));
         std::shared_lock lock(scene->mu);
         scene->ToProto(response);
         return absl::OkStatus();
@@ -247,9 +308,8 @@ struct ClashServer::Impl {
     }
     grpc::Status GetScene(grpc::ServerContext* ctx, const v1::GetSceneRequest* request,
                           v1::Scene* response) override {
-      return impl_->Serve(ctx, "GetScene", [&]() -> absl::Status {
-        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene,
-                               impl_->scenes->Get(request->scene_id()));
+      return impl_->Serve(ctx, "GetScene", [&](Tenant& t) -> absl::Status {
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(request->scene_id()));
         std::shared_lock lock(scene->mu);
         scene->ToProto(response);
         return absl::OkStatus();
@@ -257,9 +317,9 @@ struct ClashServer::Impl {
     }
     grpc::Status ListScenes(grpc::ServerContext* ctx, const v1::ListScenesRequest* request,
                             v1::ListScenesResponse* response) override {
-      return impl_->Serve(ctx, "ListScenes", [&]() -> absl::Status {
+      return impl_->Serve(ctx, "ListScenes", [&](Tenant& t) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 100, 1000));
-        const auto scenes = impl_->scenes->List(request->page_token(), n + 1);
+        const auto scenes = t.scenes().List(request->page_token(), n + 1);
         for (std::size_t i = 0; i < scenes.size() && i < n; ++i) {
           std::shared_lock lock(scenes[i]->mu);
           scenes[i]->ToProto(response->add_scenes());
@@ -271,18 +331,17 @@ struct ClashServer::Impl {
     grpc::Status DeleteScene(grpc::ServerContext* ctx, const v1::DeleteSceneRequest* request,
                              v1::DeleteSceneResponse*) override {
       return impl_->Serve(ctx, "DeleteScene",
-                          [&] { return impl_->scenes->Delete(request->scene_id()); });
+                          [&](Tenant& t) { return t.scenes().Delete(request->scene_id()); });
     }
     grpc::Status AddInstances(grpc::ServerContext* ctx, const v1::AddInstancesRequest* request,
                               v1::AddInstancesResponse* response) override {
       return impl_->Serve(ctx, "AddInstances",
-                          [&] { return impl_->DoAddInstances(*request, response); });
+                          [&](Tenant& t) { return impl_->DoAddInstances(t, *request, response); });
     }
     grpc::Status ListInstances(grpc::ServerContext* ctx, const v1::ListInstancesRequest* request,
                                v1::ListInstancesResponse* response) override {
-      return impl_->Serve(ctx, "ListInstances", [&]() -> absl::Status {
-        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene,
-                               impl_->scenes->Get(request->scene_id()));
+      return impl_->Serve(ctx, "ListInstances", [&](Tenant& t) -> absl::Status {
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(request->scene_id()));
         CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 1000, 10000));
         uint64_t after = 0;
         if (!request->page_token().empty() && !absl::SimpleAtoi(request->page_token(), &after)) {
@@ -304,71 +363,78 @@ struct ClashServer::Impl {
     }
     grpc::Status SetPoses(grpc::ServerContext* ctx, const v1::SetPosesRequest* request,
                           v1::SceneUpdateResponse* response) override {
-      return impl_->Serve(ctx, "SetPoses", [&] {
-        return impl_->EditScene(request->scene_id(), response, [&](Scene& scene) -> absl::Status {
-          std::vector<std::pair<InstanceRec*, geom::RigidTransform>> updates;
-          for (const v1::PoseUpdate& u : request->poses()) {
-            InstanceRec* rec = scene.Find(u.instance_id());
-            if (rec == nullptr) {
-              return absl::NotFoundError(absl::StrCat("no instance ", u.instance_id()));
-            }
-            CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X,
-                                   PoseFromProto(u.pose(), absl::StrCat("pose of ", rec->path)));
-            updates.emplace_back(rec, X);
-          }
-          for (auto& [rec, X] : updates) scene.SetPose(*rec, X);
-          return absl::OkStatus();
-        });
+      return impl_->Serve(ctx, "SetPoses", [&](Tenant& t) {
+        return impl_->EditScene(
+            t, request->scene_id(), response, [&](Scene& scene) -> absl::Status {
+              std::vector<std::pair<InstanceRec*, geom::RigidTransform>> updates;
+              for (const v1::PoseUpdate& u : request->poses()) {
+                InstanceRec* rec = scene.Find(u.instance_id());
+                if (rec == nullptr) {
+                  return absl::NotFoundError(absl::StrCat("no instance ", u.instance_id()));
+                }
+                CLASH_ASSIGN_OR_RETURN(
+                    geom::RigidTransform X,
+                    PoseFromProto(u.pose(), absl::StrCat("pose of ", rec->path)));
+                updates.emplace_back(rec, X);
+              }
+              for (auto& [rec, X] : updates) scene.SetPose(*rec, X);
+              return absl::OkStatus();
+            });
       });
     }
     grpc::Status RemoveInstances(grpc::ServerContext* ctx,
                                  const v1::RemoveInstancesRequest* request,
                                  v1::SceneUpdateResponse* response) override {
-      return impl_->Serve(ctx, "RemoveInstances", [&] {
-        return impl_->EditScene(request->scene_id(), response, [&](Scene& scene) -> absl::Status {
-          for (uint64_t id : request->instance_ids()) {
-            if (scene.Find(id) == nullptr) {
-              return absl::NotFoundError(absl::StrCat("no instance ", id));
-            }
-          }
-          for (uint64_t id : request->instance_ids()) scene.Remove(id);
-          return absl::OkStatus();
-        });
+      return impl_->Serve(ctx, "RemoveInstances", [&](Tenant& t) {
+        return impl_->EditScene(t, request->scene_id(), response,
+                                [&](Scene& scene) -> absl::Status {
+                                  for (uint64_t id : request->instance_ids()) {
+                                    if (scene.Find(id) == nullptr) {
+                                      return absl::NotFoundError(absl::StrCat("no instance ", id));
+                                    }
+                                  }
+                                  for (uint64_t id : request->instance_ids()) scene.Remove(id);
+                                  return absl::OkStatus();
+                                });
       });
     }
     grpc::Status SetInstancesEnabled(grpc::ServerContext* ctx,
                                      const v1::SetInstancesEnabledRequest* request,
                                      v1::SceneUpdateResponse* response) override {
-      return impl_->Serve(ctx, "SetInstancesEnabled", [&] {
-        return impl_->EditScene(request->scene_id(), response, [&](Scene& scene) -> absl::Status {
-          std::vector<InstanceRec*> recs;
-          for (uint64_t id : request->instance_ids()) {
-            InstanceRec* rec = scene.Find(id);
-            if (rec == nullptr) return absl::NotFoundError(absl::StrCat("no instance ", id));
-            recs.push_back(rec);
-          }
-          for (InstanceRec* rec : recs) scene.SetEnabled(*rec, request->enabled());
-          return absl::OkStatus();
-        });
+      return impl_->Serve(ctx, "SetInstancesEnabled", [&](Tenant& t) {
+        return impl_->EditScene(t, request->scene_id(), response,
+                                [&](Scene& scene) -> absl::Status {
+                                  std::vector<InstanceRec*> recs;
+                                  for (uint64_t id : request->instance_ids()) {
+                                    InstanceRec* rec = scene.Find(id);
+                                    if (rec == nullptr)
+                                      return absl::NotFoundError(absl::StrCat("no instance ", id));
+                                    recs.push_back(rec);
+                                  }
+                                  for (InstanceRec* rec : recs)
+                                    scene.SetEnabled(*rec, request->enabled());
+                                  return absl::OkStatus();
+                                });
       });
     }
     grpc::Status SetGroup(grpc::ServerContext* ctx, const v1::SetGroupRequest* request,
                           v1::SceneUpdateResponse* response) override {
-      return impl_->Serve(ctx, "SetGroup", [&] {
-        return impl_->EditScene(request->scene_id(), response, [&](Scene& scene) -> absl::Status {
-          if (request->group().empty() || request->group().size() > 256) {
-            return absl::InvalidArgumentError("group names have 1 to 256 bytes");
-          }
-          std::set<uint64_t> members;
-          for (uint64_t id : request->instance_ids()) {
-            if (scene.Find(id) == nullptr) {
-              return absl::NotFoundError(absl::StrCat("no instance ", id));
-            }
-            members.insert(id);
-          }
-          scene.SetGroup(request->group(), members);
-          return absl::OkStatus();
-        });
+      return impl_->Serve(ctx, "SetGroup", [&](Tenant& t) {
+        return impl_->EditScene(
+            t, request->scene_id(), response, [&](Scene& scene) -> absl::Status {
+              if (request->group().empty() || request->group().size() > 256) {
+                return absl::InvalidArgumentError("group names have 1 to 256 bytes");
+              }
+              std::set<uint64_t> members;
+              for (uint64_t id : request->instance_ids()) {
+                if (scene.Find(id) == nullptr) {
+                  return absl::NotFoundError(absl::StrCat("no instance ", id));
+                }
+                members.insert(id);
+              }
+              scene.SetGroup(request->group(), members);
+              return absl::OkStatus();
+            });
       });
     }
 
@@ -381,9 +447,9 @@ struct ClashServer::Impl {
     explicit QueriesService(Impl* impl) : impl_(impl) {}
     grpc::Status CheckInterference(grpc::ServerContext* ctx, const v1::InterferenceRequest* request,
                                    v1::InterferenceResponse* response) override {
-      return impl_->Serve(ctx, "CheckInterference", [&] {
+      return impl_->Serve(ctx, "CheckInterference", [&](Tenant& t) {
         return impl_->RunQuery(
-            ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
+            t, ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
               CLASH_ASSIGN_OR_RETURN(*response, RunInterference(scene, *request, stop));
               return absl::OkStatus();
             });
@@ -391,9 +457,9 @@ struct ClashServer::Impl {
     }
     grpc::Status ComputeDistance(grpc::ServerContext* ctx, const v1::DistanceRequest* request,
                                  v1::DistanceResponse* response) override {
-      return impl_->Serve(ctx, "ComputeDistance", [&] {
+      return impl_->Serve(ctx, "ComputeDistance", [&](Tenant& t) {
         return impl_->RunQuery(
-            ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
+            t, ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
               CLASH_ASSIGN_OR_RETURN(*response, RunDistance(scene, *request, stop));
               return absl::OkStatus();
             });
@@ -401,8 +467,8 @@ struct ClashServer::Impl {
     }
     grpc::Status PickRays(grpc::ServerContext* ctx, const v1::PickRequest* request,
                           v1::PickResponse* response) override {
-      return impl_->Serve(ctx, "PickRays", [&] {
-        return impl_->RunQuery(ctx, request->scene_id(),
+      return impl_->Serve(ctx, "PickRays", [&](Tenant& t) {
+        return impl_->RunQuery(t, ctx, request->scene_id(),
                                [&](const Scene& scene, const StopCheck& stop) {
                                  CLASH_ASSIGN_OR_RETURN(*response, RunPick(scene, *request, stop));
                                  return absl::OkStatus();
@@ -420,9 +486,9 @@ struct ClashServer::Impl {
     grpc::Status ValidateSequence(grpc::ServerContext* ctx,
                                   const v1::ValidateSequenceRequest* request,
                                   grpc::ServerWriter<v1::ValidateSequenceEvent>* writer) override {
-      return impl_->Serve(ctx, "ValidateSequence", [&] {
+      return impl_->Serve(ctx, "ValidateSequence", [&](Tenant& t) {
         return impl_->RunQuery(
-            ctx, request->scene_id(),
+            t, ctx, request->scene_id(),
             [&](const Scene& scene, const StopCheck& stop) {
               return RunSequence(scene, *request, stop,
                                  [&](const v1::ValidateSequenceEvent& e) { writer->Write(e); });
@@ -437,12 +503,12 @@ struct ClashServer::Impl {
 
   // Runs a read-only query on a scene under the query limiter and the call's deadline.
   template <class Fn>
-  absl::Status RunQuery(grpc::ServerContext* ctx, const std::string& scene_id, Fn&& fn,
+  absl::Status RunQuery(Tenant& t, grpc::ServerContext* ctx, const std::string& scene_id, Fn&& fn,
                         double max_seconds = 0) {
     const absl::Time deadline =
         CallDeadline(ctx, max_seconds > 0 ? max_seconds : config.max_query_seconds);
     const StopCheck stop = MakeStop(ctx, deadline);
-    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, scenes->Get(scene_id));
+    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(scene_id));
     CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, query_limiter.Acquire(stop));
     CLASH_RETURN_IF_ERROR(stop());
     std::shared_lock lock(scene->mu);
@@ -452,27 +518,30 @@ struct ClashServer::Impl {
   // Applies an all-or-nothing edit: `edit` validates before it changes anything; the change is
   // on disk before the reply.
   template <class Edit>
-  absl::Status EditScene(const std::string& scene_id, v1::SceneUpdateResponse* response,
+  absl::Status EditScene(Tenant& t, const std::string& scene_id, v1::SceneUpdateResponse* response,
                          Edit&& edit) {
-    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, scenes->Get(scene_id));
+    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(scene_id));
     std::unique_lock lock(scene->mu);
     CLASH_RETURN_IF_ERROR(edit(*scene));
     scene->Touch();
-    CLASH_RETURN_IF_ERROR(scenes->Commit(*scene));
+    CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene));
     response->set_scene_version(scene->version);
     return absl::OkStatus();
   }
 
-  absl::Status DoAddInstances(const v1::AddInstancesRequest& request,
+  // Who is calling (see auth.h), and whether their rate budget admits the call.
+  absl::StatusOr<std::shared_ptr<Tenant>> Admit(const grpc::ServerContext* ctx);
+  grpc::Status AdmitHealth(const grpc::ServerContext* ctx);
+
+  absl::Status DoAddInstances(Tenant& t, const v1::AddInstancesRequest& request,
                               v1::AddInstancesResponse* response);
-  absl::Status DoImportCad(grpc::ServerContext* ctx,
+  absl::Status DoImportCad(Tenant& t, grpc::ServerContext* ctx,
                            grpc::ServerReader<v1::ImportCadRequest>* reader,
                            v1::ImportCadResponse* response);
 
   ServerConfig config;
-  std::unique_ptr<PartStore> parts;
-  std::unique_ptr<SceneStore> scenes;
-  std::optional<cad::ImportCache> import_cache;
+  std::optional<TokenTable> tokens;
+  std::optional<TenantRegistry> tenants;
   Metrics metrics;
   WorkLimiter query_limiter;
   WorkLimiter import_limiter;
@@ -480,6 +549,7 @@ struct ClashServer::Impl {
   ScenesService scenes_service;
   QueriesService queries_service;
   SequencesService sequences_service;
+  HealthService health_service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MetricsHttpServer> metrics_http;
   int port = 0;
@@ -488,9 +558,45 @@ struct ClashServer::Impl {
   bool shut_down = false;
 };
 
-absl::Status ClashServer::Impl::DoAddInstances(const v1::AddInstancesRequest& request,
+absl::StatusOr<std::shared_ptr<Tenant>> ClashServer::Impl::Admit(const grpc::ServerContext* ctx) {
+  std::string name = "local";
+  if (tokens) {
+    const auto& md = ctx->client_metadata();
+    const auto it = md.find("authorization");
+    if (it == md.end())
+      return absl::UnauthenticatedError("no bearer token (authorization metadata)");
+    CLASH_ASSIGN_OR_RETURN(absl::string_view token,
+                           BearerToken(absl::string_view(it->second.data(), it->second.size())));
+    std::optional<std::string> tenant = tokens->TenantOf(token);
+    if (!tenant) return absl::UnauthenticatedError("unknown bearer token");
+    name = std::move(*tenant);
+  } else if (!config.tls_client_ca_file.empty()) {
+    // Mutual TLS without tokens: the verified client certificate's common name is the tenant.
+    const std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+    const std::vector<grpc::string_ref> cn =
+        auth ? auth->FindPropertyValues("x509_common_name") : std::vector<grpc::string_ref>{};
+    if (cn.empty()) return absl::UnauthenticatedError("no verified client certificate");
+    name = std::string(cn.front().data(), cn.front().size());
+    if (!IsTenantName(name)) {
+      return absl::PermissionDeniedError(
+          "the client certificate's common name is not a valid tenant name");
+    }
+  }
+  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Tenant> tenant, tenants->Get(name));
+  CLASH_RETURN_IF_ERROR(tenant->AdmitCall());
+  return tenant;
+}
+
+grpc::Status ClashServer::Impl::AdmitHealth(const grpc::ServerContext* ctx) {
+  if (!config.health_requires_token) return grpc::Status::OK;
+  absl::StatusOr<std::shared_ptr<Tenant>> tenant = Admit(ctx);
+  return tenant.ok() ? grpc::Status::OK : ToGrpc(tenant.status());
+}
+
+absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const v1::AddInstancesRequest& request,
                                                v1::AddInstancesResponse* response) {
-  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, scenes->Get(request.scene_id()));
+  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(request.scene_id()));
+  CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
   // Resolve everything (parts, assemblies, poses) before taking the scene's lock; ids and
   // broad-phase fields are set when the instances are added.
   std::vector<InstanceRec> pending;
@@ -500,7 +606,7 @@ absl::Status ClashServer::Impl::DoAddInstances(const v1::AddInstancesRequest& re
     if (!PartStore::IsPartId(p.part_id())) {
       return absl::NotFoundError(absl::StrCat("no part '", p.part_id(), "'"));
     }
-    CLASH_ASSIGN_OR_RETURN(item.part, parts->Get(p.part_id()));
+    CLASH_ASSIGN_OR_RETURN(item.part, t.parts().Get(p.part_id()));
     CLASH_ASSIGN_OR_RETURN(item.X_WP, PoseFromProto(p.pose(), absl::StrCat("parts[", i, "].pose")));
     item.path = p.path();
     item.name = p.name().empty() ? item.part->info.name() : p.name();
@@ -510,12 +616,12 @@ absl::Status ClashServer::Impl::DoAddInstances(const v1::AddInstancesRequest& re
   }
   for (int i = 0; i < request.assemblies_size(); ++i) {
     const v1::AssemblyPlacement& a = request.assemblies(i);
-    CLASH_ASSIGN_OR_RETURN(v1::Assembly assembly, parts->GetAssembly(a.assembly_id()));
+    CLASH_ASSIGN_OR_RETURN(v1::Assembly assembly, t.parts().GetAssembly(a.assembly_id()));
     CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X_WA,
                            PoseFromProto(a.pose(), absl::StrCat("assemblies[", i, "].pose")));
     for (const v1::AssemblyInstance& inst : assembly.instances()) {
       InstanceRec item;
-      CLASH_ASSIGN_OR_RETURN(item.part, parts->Get(inst.part_id()));
+      CLASH_ASSIGN_OR_RETURN(item.part, t.parts().Get(inst.part_id()));
       CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X_AP, PoseFromProto(inst.pose(), inst.path()));
       item.X_WP = X_WA * X_AP;
       item.path =
@@ -543,17 +649,19 @@ absl::Status ClashServer::Impl::DoAddInstances(const v1::AddInstancesRequest& re
     Scene::InstanceToProto(*scene->Find(id), response->add_instances());
   }
   scene->Touch();
-  CLASH_RETURN_IF_ERROR(scenes->Commit(*scene));
+  CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene));
   response->set_scene_version(scene->version);
   return absl::OkStatus();
 }
 
-absl::Status ClashServer::Impl::DoImportCad(grpc::ServerContext* ctx,
+absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
                                             grpc::ServerReader<v1::ImportCadRequest>* reader,
                                             v1::ImportCadResponse* response) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = CallDeadline(ctx, config.max_import_seconds);
   const StopCheck stop = MakeStop(ctx, deadline);
+  CLASH_ASSIGN_OR_RETURN(Tenant::ImportTicket ticket, t.StartImport());
+  CLASH_ASSIGN_OR_RETURN(const std::uint64_t storage_left, t.CheckStorage(0));
   CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, import_limiter.Acquire(stop));
 
   v1::ImportCadRequest msg;
@@ -566,17 +674,22 @@ absl::Status ClashServer::Impl::DoImportCad(grpc::ServerContext* ctx,
                                                      " bytes is above the upload limit of ",
                                                      config.max_upload_bytes));
   }
+  if (header.size_bytes() > storage_left) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("file of ", header.size_bytes(), " bytes is above the tenant's free storage"));
+  }
   cad::TessellationOptions options;
-  const v1::TessellationOptions& t = header.tessellation();
-  if (t.linear_deflection_mm() != 0) options.linear_deflection_mm = t.linear_deflection_mm();
-  if (t.relative_deflection() != 0) options.relative_deflection = t.relative_deflection();
-  if (t.angular_deflection_rad() != 0) options.angular_deflection_rad = t.angular_deflection_rad();
+  const v1::TessellationOptions& tess = header.tessellation();
+  if (tess.linear_deflection_mm() != 0) options.linear_deflection_mm = tess.linear_deflection_mm();
+  if (tess.relative_deflection() != 0) options.relative_deflection = tess.relative_deflection();
+  if (tess.angular_deflection_rad() != 0)
+    options.angular_deflection_rad = tess.angular_deflection_rad();
   options.max_triangles = config.max_part_triangles;
-  if (t.max_triangles() != 0)
-    options.max_triangles = std::min<std::size_t>(t.max_triangles(), options.max_triangles);
+  if (tess.max_triangles() != 0)
+    options.max_triangles = std::min<std::size_t>(tess.max_triangles(), options.max_triangles);
 
   // The upload goes to a private folder that is removed whatever happens.
-  const std::string dir = absl::StrCat(config.data_dir, "/tmp/upload-", RandomHex(4));
+  const std::string dir = absl::StrCat(t.tmp_dir(), "/upload-", RandomHex(4));
   CLASH_RETURN_IF_ERROR(MakeDirs(dir));
   struct RemoveDir {
     std::string dir;
@@ -602,6 +715,9 @@ absl::Status ClashServer::Impl::DoImportCad(grpc::ServerContext* ctx,
       if (total > config.max_upload_bytes) {
         return absl::ResourceExhaustedError(
             absl::StrCat("upload is above the limit of ", config.max_upload_bytes, " bytes"));
+      }
+      if (total > storage_left) {
+        return absl::ResourceExhaustedError("upload is above the tenant's free storage");
       }
       const char* p = msg.chunk().data();
       std::size_t left = msg.chunk().size();
@@ -643,7 +759,7 @@ absl::Status ClashServer::Impl::DoImportCad(grpc::ServerContext* ctx,
     }
   });
   absl::StatusOr<cad::CachedAssemblyImport> imported =
-      cad::ImportAssemblyWithCache(file, options, limits, *import_cache, &cancel);
+      cad::ImportAssemblyWithCache(file, options, limits, t.import_cache(), &cancel);
   done = true;
   watcher.join();
   if (!imported.ok()) return imported.status();
@@ -687,7 +803,7 @@ absl::Status ClashServer::Impl::DoImportCad(grpc::ServerContext* ctx,
     in.faces_meshed = p.mesh.faces_meshed;
     faces_total += p.mesh.faces_total;
     faces_meshed += p.mesh.faces_meshed;
-    absl::StatusOr<std::shared_ptr<const PartEntry>> entry = parts->Put(in);
+    absl::StatusOr<std::shared_ptr<const PartEntry>> entry = t.parts().Put(in);
     if (absl::IsResourceExhausted(entry.status())) return entry.status();
     if (!entry.ok()) {
       // A part whose triangles are all degenerate: left out, with its instances, and said so.
@@ -731,7 +847,7 @@ absl::Status ClashServer::Impl::DoImportCad(grpc::ServerContext* ctx,
     return absl::InvalidArgumentError("mesh: no part of the file has usable triangles");
   }
   report->set_import_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  CLASH_RETURN_IF_ERROR(parts->PutAssembly(out));
+  CLASH_RETURN_IF_ERROR(t.parts().PutAssembly(out));
   *response->mutable_assembly() = std::move(out);
   return absl::OkStatus();
 }
@@ -739,17 +855,29 @@ absl::Status ClashServer::Impl::DoImportCad(grpc::ServerContext* ctx,
 absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConfig& config) {
   SetQuietLogging(config.quiet);
   auto impl = std::make_unique<Impl>(config);
-  CLASH_ASSIGN_OR_RETURN(impl->parts, PartStore::Open(config.data_dir, config.max_part_triangles));
-  CLASH_ASSIGN_OR_RETURN(impl->scenes,
-                         SceneStore::Open(config.data_dir + "/scenes", impl->parts.get()));
-  CLASH_ASSIGN_OR_RETURN(cad::ImportCache cache,
-                         cad::ImportCache::Open(config.data_dir + "/import-cache"));
-  impl->import_cache.emplace(std::move(cache));
+  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                         ListenerCredentials(config));
+  if (!config.tokens_file.empty()) {
+    CLASH_ASSIGN_OR_RETURN(impl->tokens, TokenTable::Load(config.tokens_file));
+  }
+  TenantLimits limits;
+  limits.max_storage_bytes = config.tenant_max_storage_bytes;
+  limits.max_concurrent_imports = config.tenant_max_concurrent_imports;
+  limits.requests_per_second = config.tenant_requests_per_second;
+  limits.burst = config.tenant_burst;
+  impl->tenants.emplace(config.data_dir, config.max_part_triangles, limits);
+  CLASH_RETURN_IF_ERROR(MakeDirs(impl->tenants->root()));
+  // Tenants found on disk are opened now: their scenes load (and damaged files are reported)
+  // at start, not on a first call.
   {
     std::error_code ec;
-    std::filesystem::remove_all(config.data_dir + "/tmp", ec);
+    for (const auto& entry : std::filesystem::directory_iterator(impl->tenants->root(), ec)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.is_directory() && IsTenantName(name)) {
+        CLASH_RETURN_IF_ERROR(impl->tenants->Get(name).status());
+      }
+    }
   }
-  CLASH_RETURN_IF_ERROR(MakeDirs(config.data_dir + "/tmp"));
 
   Impl* raw = impl.get();
   impl->metrics.AddGauge("clashd_query_running", "Queries running.",
@@ -761,10 +889,10 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   impl->metrics.AddGauge("clashd_import_waiting", "Imports waiting for a slot.",
                          [raw] { return raw->import_limiter.waiting(); });
 
-  grpc::EnableDefaultHealthCheckService(true);
+  grpc::EnableDefaultHealthCheckService(false);
   if (config.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &impl->port);
+  builder.AddListeningPort(config.listen, credentials, &impl->port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 128);
@@ -779,19 +907,20 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   builder.RegisterService(&impl->scenes_service);
   builder.RegisterService(&impl->queries_service);
   builder.RegisterService(&impl->sequences_service);
+  builder.RegisterService(&impl->health_service);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
   }
-  grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService();
-  health->SetServingStatus(true);
+  HealthService* health = &impl->health_service;
+  health->Set("", true);
   const bool worker_ok =
       access(cad::ResolveWorkerPath(cad::IsolationLimits{config.worker_path, 1, 1, 1, 1}).c_str(),
              X_OK) == 0;
-  for (const char* name : kServiceNames) health->SetServingStatus(name, true);
+  for (const char* name : kServiceNames) health->Set(name, true);
   if (!worker_ok) {
     LogLine(LogLevel::kWarning, "clash-cad-worker not found: CAD imports are unavailable");
-    health->SetServingStatus("clash.v1.PartService", false);
+    health->Set("clash.v1.PartService", false);
   }
   if (!config.metrics_listen.empty()) {
     CLASH_ASSIGN_OR_RETURN(impl->metrics_http,
@@ -823,7 +952,7 @@ void ClashServer::Shutdown() {
   if (impl_->shut_down) return;
   impl_->shut_down = true;
   LogLine(LogLevel::kInfo, "clashd shutting down");
-  impl_->server->GetHealthCheckService()->Shutdown();
+  impl_->health_service.Shutdown();
   const auto deadline =
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(impl_->config.shutdown_grace_seconds * 1e3));

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,22 @@ struct ServerConfig {
   std::size_t import_memory_bytes = std::size_t{4} << 30;
   /// On SIGTERM: time in-flight calls get before they are cancelled.
   double shutdown_grace_seconds = 10;
+  /// TLS on the listener: PEM certificate chain and key files. Without them clashd listens in
+  /// plaintext, which it does only on loopback addresses.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  /// PEM CA bundle: clients must present a certificate it signed (mutual TLS).
+  std::string tls_client_ca_file;
+  /// Bearer tokens and their tenants (see TokenTable in auth.h). Without it every call is
+  /// tenant "local" (or, with client certificates, the certificate's common name).
+  std::string tokens_file;
+  /// grpc.health.v1 needs a token too (default: health is open, for probes).
+  bool health_requires_token = false;
+  /// Per-tenant quotas (0: none): bytes on disk, imports at once, calls per second and burst.
+  std::uint64_t tenant_max_storage_bytes = 0;
+  int tenant_max_concurrent_imports = 0;
+  double tenant_requests_per_second = 0;
+  double tenant_burst = 0;
   /// No per-RPC log lines (tests).
   bool quiet = false;
 };

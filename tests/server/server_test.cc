@@ -670,7 +670,7 @@ TEST_F(ServerTest, ImportCadErrorsAreClassified) {
   }
   EXPECT_THAT(client_->ImportCad(junk).status(), StatusIs(absl::StatusCode::kInvalidArgument, ""));
   // Nothing is left in the upload folder.
-  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/data/tmp"));
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/data/tenants/local/tmp"));
 }
 
 TEST_F(ServerTest, ImportsTheAs1AssemblyFromSharedData) {

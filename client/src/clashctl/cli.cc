@@ -44,6 +44,12 @@ struct Globals {
   std::optional<double> timeout_s;
   bool json = false;
   bool quiet = false;
+  bool tls = false;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
+  std::string token_file;
 };
 
 // What every command runs with: the streams, the global options and a client made on first use.
@@ -52,22 +58,34 @@ class Session {
   Session(const Globals& globals, std::ostream& out, std::ostream& err, const Terminal& terminal)
       : globals_(globals), out_(out), err_(err), terminal_(terminal) {}
 
-  client::Client& client() {
-    if (!client_) {
-      client::ClientOptions options;
-      options.target = globals_.server;
-      if (globals_.timeout_s) {
-        const auto timeout = std::chrono::milliseconds(
-            std::max<int64_t>(1, std::llround(*globals_.timeout_s * 1000.0)));
-        options.edit_timeout = timeout;
-        options.query_timeout = timeout;
-        options.import_timeout = timeout;
-        options.sequence_timeout = timeout;
-      }
-      client_ = client::Client::Connect(options);
+  /// Makes the client from the global options (TLS files, token): a usage error otherwise.
+  absl::Status Connect() {
+    client::ClientOptions options;
+    options.target = globals_.server;
+    options.tls = globals_.tls || !globals_.tls_ca.empty() || !globals_.tls_cert.empty();
+    options.tls_ca_file = globals_.tls_ca;
+    options.tls_cert_file = globals_.tls_cert;
+    options.tls_key_file = globals_.tls_key;
+    options.tls_server_name = globals_.tls_server_name;
+    absl::StatusOr<std::string> token = client::FindToken(globals_.token_file);
+    if (!token.ok()) return token.status();
+    options.token = *std::move(token);
+    if (globals_.timeout_s) {
+      const auto timeout = std::chrono::milliseconds(
+          std::max<int64_t>(1, std::llround(*globals_.timeout_s * 1000.0)));
+      options.edit_timeout = timeout;
+      options.query_timeout = timeout;
+      options.import_timeout = timeout;
+      options.sequence_timeout = timeout;
     }
-    return *client_;
+    absl::StatusOr<std::unique_ptr<client::Client>> client = client::Client::Connect(options);
+    if (!client.ok()) return client.status();
+    client_ = *std::move(client);
+    return absl::OkStatus();
   }
+
+  /// The client Connect made (Run connects before any command).
+  client::Client& client() { return *client_; }
 
   /// A usage error: the message, a hint, kExitUsage.
   int Usage(const absl::Status& status) {
@@ -755,6 +773,19 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
                  "for imports)");
   app.add_flag("--json", globals.json, "print API messages as JSON on stdout");
   app.add_flag("-q,--quiet", globals.quiet, "print only ids (see below), no progress");
+  app.add_flag("--tls", globals.tls, "connect with TLS (implied by --tls-ca and --tls-cert)")
+      ->envname("CLASH_TLS");
+  app.add_option("--tls-ca", globals.tls_ca, "CA bundle (PEM) that signed the server's certificate")
+      ->envname("CLASH_TLS_CA");
+  app.add_option("--tls-cert", globals.tls_cert, "client certificate (PEM), for mutual TLS")
+      ->envname("CLASH_TLS_CERT");
+  app.add_option("--tls-key", globals.tls_key, "client certificate's key (PEM)")
+      ->envname("CLASH_TLS_KEY");
+  app.add_option("--tls-server-name", globals.tls_server_name,
+                 "name to verify in the server's certificate (default: the --server host)");
+  app.add_option("--token-file", globals.token_file,
+                 "file whose first line is the bearer token ($CLASH_TOKEN wins; "
+                 "$CLASH_TOKEN_FILE is the default file)");
 
   Session session(globals, out, err, terminal);
   std::function<int()> action;
@@ -938,6 +969,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     return session.Usage("--timeout must be a number of seconds in (0, 1e7]");
   }
   if (!action) return session.Usage("no command given");
+  if (absl::Status connected = session.Connect(); !connected.ok()) return session.Usage(connected);
   return action();
 }
 

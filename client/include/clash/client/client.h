@@ -36,7 +36,22 @@ struct ClientOptions {
   std::size_t chunk_bytes = std::size_t{1} << 20;
   /// Largest message the client accepts.
   int max_message_bytes = 256 << 20;
+  /// TLS to the server (needed for any server not on loopback). With tls_ca_file empty the
+  /// system's roots verify the server; tls_server_name overrides the name checked in its
+  /// certificate. A client certificate (mutual TLS) is given by tls_cert_file + tls_key_file.
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
+  /// Bearer token sent with every call as "authorization: Bearer <token>" ("" sends none).
+  /// Never sent in plaintext to a server that is not on loopback.
+  std::string token;
 };
+
+/// A token for ClientOptions::token: $CLASH_TOKEN when set, else the first line of the file
+/// `path` (when not empty), else of the file named by $CLASH_TOKEN_FILE, else "" (no token).
+[[nodiscard]] absl::StatusOr<std::string> FindToken(const std::string& path = "");
 
 /// Upload progress: bytes sent so far and the file size.
 using ProgressFn = std::function<void(uint64_t sent, uint64_t total)>;
@@ -46,8 +61,10 @@ enum class Health { kServing, kNotServing, kUnknown };
 
 class Client {
  public:
-  /// A client on a new channel to options.target (plaintext).
-  [[nodiscard]] static std::unique_ptr<Client> Connect(const ClientOptions& options);
+  /// A client on a new channel to options.target, plaintext or TLS. INVALID_ARGUMENT when a
+  /// TLS file cannot be read or a token would go in plaintext to a non-loopback address.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options);
   /// A client on an existing channel (in-process servers, custom credentials).
   [[nodiscard]] static std::unique_ptr<Client> FromChannel(std::shared_ptr<grpc::Channel> channel,
                                                            const ClientOptions& options = {});
@@ -110,6 +127,8 @@ class Client {
   template <class Request, class Response, class Method>
   absl::StatusOr<Response> Call(Method method, const Request& request,
                                 std::chrono::milliseconds timeout, bool idempotent);
+  // Deadline and credentials of one call.
+  void Prepare(grpc::ClientContext* ctx, std::chrono::system_clock::time_point deadline) const;
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

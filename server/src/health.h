@@ -1,0 +1,42 @@
+// grpc.health.v1.Health, served by clashd itself (instead of gRPC's built-in service) so that
+// health calls can be authenticated like every other call when the deployment asks for it.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace clash::server {
+
+class HealthService final : public grpc::health::v1::Health::Service {
+ public:
+  /// `admit` runs first on every call; a non-OK status is the call's answer.
+  explicit HealthService(std::function<grpc::Status(grpc::ServerContext*)> admit)
+      : admit_(std::move(admit)) {}
+
+  /// Sets the status of a service ("" is the whole server).
+  void Set(const std::string& service, bool serving);
+  /// Every service NOT_SERVING from now on; Watch streams send that and end.
+  void Shutdown();
+
+  grpc::Status Check(grpc::ServerContext* ctx, const grpc::health::v1::HealthCheckRequest* request,
+                     grpc::health::v1::HealthCheckResponse* response) override;
+  grpc::Status Watch(grpc::ServerContext* ctx, const grpc::health::v1::HealthCheckRequest* request,
+                     grpc::ServerWriter<grpc::health::v1::HealthCheckResponse>* writer) override;
+
+ private:
+  using Status = grpc::health::v1::HealthCheckResponse::ServingStatus;
+  Status StatusOf(const std::string& service) const;  // hold mu_
+
+  std::function<grpc::Status(grpc::ServerContext*)> admit_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, bool> serving_;
+  bool shut_down_ = false;
+};
+
+}  // namespace clash::server

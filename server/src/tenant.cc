@@ -1,0 +1,92 @@
+#include "tenant.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "auth.h"
+#include "clash/geom/status_macros.h"
+#include "storage.h"
+
+namespace clash::server {
+
+absl::Status Tenant::AdmitCall() {
+  if (limits_.requests_per_second <= 0) return absl::OkStatus();
+  const double capacity =
+      std::max(1.0, limits_.burst > 0 ? limits_.burst : limits_.requests_per_second);
+  std::lock_guard lock(bucket_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (refilled_ == std::chrono::steady_clock::time_point{}) {
+    tokens_ = capacity;
+  } else {
+    const double elapsed = std::chrono::duration<double>(now - refilled_).count();
+    tokens_ = std::min(capacity, tokens_ + elapsed * limits_.requests_per_second);
+  }
+  refilled_ = now;
+  if (tokens_ < 1) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rate limit of tenant '", name_, "': ", limits_.requests_per_second, " calls/s"));
+  }
+  tokens_ -= 1;
+  return absl::OkStatus();
+}
+
+std::uint64_t Tenant::StorageBytes() const {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(
+           dir_, std::filesystem::directory_options::skip_permission_denied, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec)) {
+      const auto size = it->file_size(size_ec);
+      if (!size_ec) total += size;
+    }
+  }
+  return total;
+}
+
+absl::StatusOr<std::uint64_t> Tenant::CheckStorage(std::uint64_t more) const {
+  if (limits_.max_storage_bytes == 0) return std::numeric_limits<std::uint64_t>::max();
+  const std::uint64_t used = StorageBytes();
+  if (used + more > limits_.max_storage_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("storage quota of tenant '", name_,
+                                                     "': ", used, " of ", limits_.max_storage_bytes,
+                                                     " bytes used, ", more, " more requested"));
+  }
+  return limits_.max_storage_bytes - used - more;
+}
+
+absl::StatusOr<Tenant::ImportTicket> Tenant::StartImport() {
+  const int now = imports_.fetch_add(1) + 1;
+  ImportTicket ticket(this);
+  if (limits_.max_concurrent_imports > 0 && now > limits_.max_concurrent_imports) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tenant '", name_, "' has ", limits_.max_concurrent_imports, " imports running already"));
+  }
+  return ticket;
+}
+
+absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& name) {
+  if (!IsTenantName(name)) return absl::InvalidArgumentError("malformed tenant name");
+  std::lock_guard lock(mu_);
+  if (auto it = open_.find(name); it != open_.end()) return it->second;
+  auto tenant = std::shared_ptr<Tenant>(new Tenant(name, absl::StrCat(root_, "/", name), limits_));
+  CLASH_ASSIGN_OR_RETURN(tenant->parts_, PartStore::Open(tenant->dir_, max_part_triangles_));
+  CLASH_ASSIGN_OR_RETURN(tenant->scenes_,
+                         SceneStore::Open(tenant->dir_ + "/scenes", tenant->parts_.get()));
+  CLASH_ASSIGN_OR_RETURN(cad::ImportCache cache,
+                         cad::ImportCache::Open(tenant->dir_ + "/import-cache"));
+  tenant->import_cache_.emplace(std::move(cache));
+  {
+    std::error_code ec;
+    std::filesystem::remove_all(tenant->tmp_dir(), ec);
+  }
+  CLASH_RETURN_IF_ERROR(MakeDirs(tenant->tmp_dir()));
+  open_.emplace(name, tenant);
+  return tenant;
+}
+
+}  // namespace clash::server

@@ -1,0 +1,108 @@
+// Tenants: each has its own part store, scene store, import cache and upload folder under
+// <data-dir>/tenants/<name>, so one tenant's ids name nothing of another's, and its own quotas.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "clash/cad/import_cache.h"
+#include "part_store.h"
+#include "scene.h"
+
+namespace clash::server {
+
+/// Per-tenant limits; 0 means no limit.
+struct TenantLimits {
+  /// Bytes on disk (parts, assemblies, scenes, import cache, uploads in progress).
+  std::uint64_t max_storage_bytes = 0;
+  /// Imports of the tenant running or waiting at once.
+  int max_concurrent_imports = 0;
+  /// Calls per second (token bucket) and the burst above that rate.
+  double requests_per_second = 0;
+  double burst = 0;
+};
+
+class Tenant {
+ public:
+  [[nodiscard]] const std::string& name() const { return name_; }
+  [[nodiscard]] const std::string& dir() const { return dir_; }
+  /// The folder for upload temporaries (emptied when the tenant is opened).
+  [[nodiscard]] std::string tmp_dir() const { return dir_ + "/tmp"; }
+
+  PartStore& parts() { return *parts_; }
+  SceneStore& scenes() { return *scenes_; }
+  cad::ImportCache& import_cache() { return *import_cache_; }
+
+  /// Takes one call from the rate budget: RESOURCE_EXHAUSTED when it is spent.
+  [[nodiscard]] absl::Status AdmitCall();
+
+  /// Bytes the tenant's folder holds now (a walk of the folder, done only for writes).
+  [[nodiscard]] std::uint64_t StorageBytes() const;
+  /// RESOURCE_EXHAUSTED when adding `more` bytes would pass the storage quota; returns the
+  /// bytes still free (UINT64_MAX without a quota).
+  [[nodiscard]] absl::StatusOr<std::uint64_t> CheckStorage(std::uint64_t more) const;
+
+  /// Held while an import of this tenant runs or waits.
+  class ImportTicket {
+   public:
+    ImportTicket() = default;
+    explicit ImportTicket(Tenant* t) : t_(t) {}
+    ImportTicket(ImportTicket&& o) noexcept : t_(o.t_) { o.t_ = nullptr; }
+    ImportTicket& operator=(ImportTicket&&) = delete;
+    ~ImportTicket() {
+      if (t_ != nullptr) t_->imports_.fetch_sub(1);
+    }
+
+   private:
+    Tenant* t_ = nullptr;
+  };
+  /// RESOURCE_EXHAUSTED when the tenant already has its maximum of imports.
+  [[nodiscard]] absl::StatusOr<ImportTicket> StartImport();
+
+ private:
+  friend class TenantRegistry;
+  Tenant(std::string name, std::string dir, const TenantLimits& limits)
+      : name_(std::move(name)), dir_(std::move(dir)), limits_(limits) {}
+
+  std::string name_;
+  std::string dir_;
+  TenantLimits limits_;
+  std::unique_ptr<PartStore> parts_;
+  std::unique_ptr<SceneStore> scenes_;
+  std::optional<cad::ImportCache> import_cache_;
+  std::atomic<int> imports_{0};
+  std::mutex bucket_mu_;
+  double tokens_ = 0;
+  std::chrono::steady_clock::time_point refilled_{};
+};
+
+/// Opens tenants on first use (loading their scenes) and keeps them open.
+class TenantRegistry {
+ public:
+  TenantRegistry(std::string data_dir, std::size_t max_part_triangles, TenantLimits limits)
+      : root_(std::move(data_dir) + "/tenants"),
+        max_part_triangles_(max_part_triangles),
+        limits_(limits) {}
+
+  /// The tenant of this name (a valid tenant name), opening its stores when needed.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Tenant>> Get(const std::string& name);
+
+  [[nodiscard]] const std::string& root() const { return root_; }
+
+ private:
+  std::string root_;
+  std::size_t max_part_triangles_;
+  TenantLimits limits_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Tenant>> open_;
+};
+
+}  // namespace clash::server

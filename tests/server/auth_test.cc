@@ -1,0 +1,173 @@
+// Tokens, tenant names, listen addresses and per-tenant quotas (server/src/auth.h, tenant.h).
+#include "auth.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "clash/cad/import_cache.h"
+#include "gtest/gtest.h"
+#include "tenant.h"
+
+namespace clash::server {
+namespace {
+
+std::string HashHex(const std::string& token) { return cad::Sha256Hex(token); }
+
+TEST(TokenTable, MapsTokensToTenantsAndNothingElse) {
+  const std::string text = absl::StrCat("# comment\n\n", HashHex("alpha-token"), " team-a\n", "  ",
+                                        HashHex("beta-token"), "\tteam_b.2  \n");
+  absl::StatusOr<TokenTable> table = TokenTable::Parse(text);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->size(), 2u);
+  EXPECT_EQ(table->TenantOf("alpha-token"), "team-a");
+  EXPECT_EQ(table->TenantOf("beta-token"), "team_b.2");
+  EXPECT_EQ(table->TenantOf("alpha-token "), std::nullopt);
+  EXPECT_EQ(table->TenantOf("ALPHA-TOKEN"), std::nullopt);
+  EXPECT_EQ(table->TenantOf(""), std::nullopt);
+  // The hash itself is not a token.
+  EXPECT_EQ(table->TenantOf(HashHex("alpha-token")), std::nullopt);
+}
+
+TEST(TokenTable, RejectsMalformedFilesWithTheLine) {
+  const std::string h = HashHex("x");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"", "no token"},
+      {"# only comments\n", "no token"},
+      {absl::StrCat(h, "\n"), "line 1"},
+      {absl::StrCat(h, " a b\n"), "line 1"},
+      {absl::StrCat("\n", h.substr(1), " a\n"), "line 2"},
+      {absl::StrCat(std::string(63, 'a'), "g a\n"), "hex"},
+      {absl::StrCat(h, " ../etc\n"), "tenant names"},
+      {absl::StrCat(h, " .hidden\n"), "tenant names"},
+      {absl::StrCat(h, " ", std::string(65, 'a'), "\n"), "tenant names"},
+      {absl::StrCat(h, " a\n", h, " b\n"), "twice"},
+  };
+  for (const auto& [text, why] : bad) {
+    absl::StatusOr<TokenTable> table = TokenTable::Parse(text);
+    ASSERT_FALSE(table.ok()) << text;
+    EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(table.status().message().find(why), absl::string_view::npos)
+        << table.status().message() << " for " << text;
+  }
+  EXPECT_EQ(TokenTable::Load("/nonexistent/tokens").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(BearerToken, AcceptsOnlyTheBearerScheme) {
+  EXPECT_EQ(*BearerToken("Bearer abc"), "abc");
+  EXPECT_EQ(*BearerToken("bearer  abc "), "abc");
+  EXPECT_EQ(*BearerToken("BEARER abc"), "abc");
+  for (const char* bad : {"", "Bearer", "Bearer ", "Bearer    ", "Basic abc", "abc", "Bearerabc"}) {
+    absl::StatusOr<absl::string_view> t = BearerToken(bad);
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kUnauthenticated);
+  }
+  // The message never repeats what was sent.
+  EXPECT_EQ(BearerToken("Basic secret-value").status().message().find("secret"),
+            absl::string_view::npos);
+}
+
+TEST(IsLoopbackListen, OnlyLoopbackHosts) {
+  for (const char* yes :
+       {"127.0.0.1:50051", "127.0.0.1:0", "127.1.2.3:1", "localhost:50051", "[::1]:50051"}) {
+    EXPECT_TRUE(IsLoopbackListen(yes)) << yes;
+  }
+  for (const char* no : {"0.0.0.0:50051", "[::]:50051", "192.168.1.2:50051", "10.0.0.1:1",
+                         "example.com:50051", "127.0.0.1.evil.com:1", "128.0.0.1:1",
+                         "127.0.0.256:1", "[::1:1", ":50051", "[::ffff:127.0.0.1]:1"}) {
+    EXPECT_FALSE(IsLoopbackListen(no)) << no;
+  }
+}
+
+TEST(IsTenantName, FolderSafeNames) {
+  EXPECT_TRUE(IsTenantName("a"));
+  EXPECT_TRUE(IsTenantName("Team-7_x.y"));
+  EXPECT_TRUE(IsTenantName(std::string(64, 'z')));
+  for (const char* no : {"", ".", "..", ".a", "a/b", "a b", "a\\b", "ä"}) {
+    EXPECT_FALSE(IsTenantName(no)) << no;
+  }
+  EXPECT_FALSE(IsTenantName(std::string(65, 'z')));
+}
+
+class TenantTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/tenant-test-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(TenantTest, EachTenantHasItsOwnFolderAndStores) {
+  TenantRegistry registry(dir_, 1000, {});
+  absl::StatusOr<std::shared_ptr<Tenant>> a = registry.Get("a");
+  absl::StatusOr<std::shared_ptr<Tenant>> b = registry.Get("b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)->dir(), dir_ + "/tenants/a");
+  EXPECT_NE(&(*a)->scenes(), &(*b)->scenes());
+  absl::StatusOr<std::shared_ptr<Scene>> scene = (*a)->scenes().Create("mine");
+  ASSERT_TRUE(scene.ok());
+  EXPECT_TRUE((*a)->scenes().Get((*scene)->id()).ok());
+  EXPECT_EQ((*b)->scenes().Get((*scene)->id()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Get("a")->get(), a->get());
+  EXPECT_EQ(registry.Get("../b").status().code(), absl::StatusCode::kInvalidArgument);
+  // Reopened from disk, the scene is still tenant a's.
+  TenantRegistry again(dir_, 1000, {});
+  EXPECT_TRUE((*again.Get("a"))->scenes().Get((*scene)->id()).ok());
+  EXPECT_FALSE((*again.Get("b"))->scenes().Get((*scene)->id()).ok());
+}
+
+TEST_F(TenantTest, RateLimitAllowsTheBurstThenRefuses) {
+  TenantLimits limits;
+  limits.requests_per_second = 0.001;  // no refill within the test
+  limits.burst = 5;
+  TenantRegistry registry(dir_, 1000, limits);
+  std::shared_ptr<Tenant> t = *registry.Get("a");
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(t->AdmitCall().ok()) << i;
+  const absl::Status refused = t->AdmitCall();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  // Another tenant's budget is untouched.
+  EXPECT_TRUE((*registry.Get("b"))->AdmitCall().ok());
+}
+
+TEST_F(TenantTest, StorageQuotaCountsTheTenantsFiles) {
+  TenantLimits limits;
+  limits.max_storage_bytes = 100'000;
+  TenantRegistry registry(dir_, 1000, limits);
+  std::shared_ptr<Tenant> t = *registry.Get("a");
+  const std::uint64_t empty = t->StorageBytes();
+  EXPECT_LT(empty, 10'000u);
+  EXPECT_TRUE(t->CheckStorage(50'000).ok());
+  {
+    std::FILE* f = std::fopen((t->tmp_dir() + "/blob").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string blob(80'000, 'x');
+    std::fwrite(blob.data(), 1, blob.size(), f);
+    std::fclose(f);
+  }
+  EXPECT_EQ(t->StorageBytes(), empty + 80'000);
+  EXPECT_EQ(t->CheckStorage(50'000).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE((*registry.Get("b"))->CheckStorage(50'000).ok());
+}
+
+TEST_F(TenantTest, ConcurrentImportsAreCounted) {
+  TenantLimits limits;
+  limits.max_concurrent_imports = 2;
+  TenantRegistry registry(dir_, 1000, limits);
+  std::shared_ptr<Tenant> t = *registry.Get("a");
+  {
+    absl::StatusOr<Tenant::ImportTicket> one = t->StartImport();
+    absl::StatusOr<Tenant::ImportTicket> two = t->StartImport();
+    ASSERT_TRUE(one.ok() && two.ok());
+    EXPECT_EQ(t->StartImport().status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_TRUE((*registry.Get("b"))->StartImport().ok());
+  }
+  EXPECT_TRUE(t->StartImport().ok());  // tickets given back
+}
+
+}  // namespace
+}  // namespace clash::server

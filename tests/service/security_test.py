@@ -1,0 +1,541 @@
+#!/usr/bin/python3
+"""Security of clashd as deployed: TLS, bearer tokens, tenants and per-tenant quotas.
+
+Runs real clashd processes on loopback with certificates made for the test by the openssl
+command (a CA, a server certificate for 127.0.0.1, client certificates from that CA and from a
+stranger's CA) and a token file, and checks from Python (python3-grpcio) and through clashctl:
+- every RPC of every service answers UNAUTHENTICATED without a token and with a wrong one;
+  health answers without a token (the default), and needs one with --health-requires-token;
+- tenant B never reads, lists, queries, edits or deletes tenant A's objects, also with random
+  ids, and tenant A's objects are intact afterwards;
+- a plaintext client against the TLS port fails; clashd refuses plaintext on a non-loopback
+  address and TLS without authentication there;
+- mutual TLS: no client certificate or one from another CA is refused, the certificate's
+  common name is the tenant;
+- per-tenant rate limit, storage quota and concurrent-import limit answer RESOURCE_EXHAUSTED;
+- clashctl with --tls-ca and $CLASH_TOKEN (or --token-file) works, and without a token fails.
+
+Usage: security_test.py --bin-dir DIR --proto-dir DIR
+"""
+import argparse
+import hashlib
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+ARGS = None
+TOKEN_A = "token-of-tenant-a-" + "x" * 20
+TOKEN_B = "token-of-tenant-b-" + "y" * 20
+
+
+def box_mesh(size, at=(0, 0, 0)):
+    sx, sy, sz = size
+    v = [(x + at[0], y + at[1], z + at[2]) for z in (0, sz) for y in (0, sy) for x in (0, sx)]
+    quads = [(0, 2, 3, 1), (4, 5, 7, 6), (0, 1, 5, 4), (2, 6, 7, 3), (0, 4, 6, 2), (1, 3, 7, 5)]
+    tris = []
+    for a, b, c, d in quads:
+        tris += [a, b, c, a, c, d]
+    return [c for p in v for c in p], tris
+
+
+def sphere_mesh(r, n):
+    """A closed UV sphere: n rings of 2n segments, poles shared."""
+    import math
+    v = [(0.0, 0.0, r)]
+    for i in range(1, n):
+        th = math.pi * i / n
+        for j in range(2 * n):
+            ph = 2 * math.pi * j / (2 * n)
+            v.append((r * math.sin(th) * math.cos(ph), r * math.sin(th) * math.sin(ph),
+                      r * math.cos(th)))
+    v.append((0.0, 0.0, -r))
+    south = len(v) - 1
+    ring = lambda i, j: 1 + (i - 1) * 2 * n + (j % (2 * n))
+    tris = []
+    for j in range(2 * n):
+        tris += [0, ring(1, j), ring(1, j + 1)]
+        tris += [south, ring(n - 1, j + 1), ring(n - 1, j)]
+    for i in range(1, n - 1):
+        for j in range(2 * n):
+            a, b2, c, d = ring(i, j), ring(i, j + 1), ring(i + 1, j), ring(i + 1, j + 1)
+            tris += [a, c, d, a, d, b2]
+    return [x for p in v for x in p], tris
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_pki(d):
+    """A CA, a server certificate for 127.0.0.1/localhost, client certificates."""
+    def ca(name):
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.pem", cwd=d)
+
+    def leaf(name, cn, ca_name, server):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}",
+                "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
+        ext = os.path.join(d, f"{name}.ext")
+        with open(ext, "w") as f:
+            if server:
+                f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                        "extendedKeyUsage=serverAuth\n")
+            else:
+                f.write("extendedKeyUsage=clientAuth\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca_name}.pem",
+                "-CAkey", f"{ca_name}.key", "-CAcreateserial", "-days", "2",
+                "-extfile", ext, "-out", f"{name}.pem", cwd=d)
+
+    ca("ca")
+    ca("stranger-ca")
+    leaf("server", "clashd", "ca", True)
+    leaf("client-b", "tenant-b", "ca", False)
+    leaf("client-stranger", "tenant-b", "stranger-ca", False)
+
+
+health_pb2 = None
+
+
+class HealthStub:
+    def __init__(self, channel):
+        self.Check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString)
+
+
+class Clashd:
+    def __init__(self, tmp, *flags):
+        self.data = tempfile.mkdtemp(prefix="data-", dir=tmp)
+        self.proc = subprocess.Popen(
+            [os.path.join(ARGS.bin_dir, "server", "clashd"), "--listen", "127.0.0.1:0",
+             "--metrics-listen", "", "--data-dir", self.data, *flags],
+            stderr=subprocess.PIPE, text=True)
+        self.port = None
+        deadline = time.time() + 60
+        while time.time() < deadline and self.port is None:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            m = re.search(r"\(port (\d+)\)", line)
+            if m:
+                self.port = int(m.group(1))
+        if self.port is None:
+            self.proc.kill()
+            raise RuntimeError("clashd did not report its port")
+        # Keep reading stderr so the server never blocks on a full pipe.
+        self.log = []
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+class SecurityTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="clash-sec-")
+        gen = os.path.join(cls.tmp, "gen")
+        os.makedirs(gen)
+        protos = [os.path.join(ARGS.proto_dir, "clash", "v1", f + ".proto")
+                  for f in ("common", "parts", "scenes", "queries", "sequences")]
+        protos.append(os.path.join(ARGS.proto_dir, "grpc", "health", "v1", "health.proto"))
+        subprocess.run(["protoc", "-I", ARGS.proto_dir, "--python_out", gen] + protos, check=True)
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", ARGS.proto_dir,
+                        "--grpc_python_out", gen] + protos, check=True)
+        sys.path.insert(0, gen)
+        # grpc.health.v1 would shadow the grpc package: load the messages from their file.
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            "health_pb2", os.path.join(gen, "grpc", "health", "v1", "health_pb2.py"))
+        global health_pb2
+        health_pb2 = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(health_pb2)
+        cls.pki = os.path.join(cls.tmp, "pki")
+        os.makedirs(cls.pki)
+        make_pki(cls.pki)
+        cls.tokens = os.path.join(cls.tmp, "tokens")
+        with open(cls.tokens, "w") as f:
+            f.write("# sha256 of the token, tenant\n")
+            for token, tenant in ((TOKEN_A, "tenant-a"), (TOKEN_B, "tenant-b")):
+                f.write(f"{hashlib.sha256(token.encode()).hexdigest()} {tenant}\n")
+        cls.server = Clashd(cls.tmp, *cls.tls_flags(), "--tokens", cls.tokens)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def tls_flags(cls):
+        return ["--tls-cert", os.path.join(cls.pki, "server.pem"),
+                "--tls-key", os.path.join(cls.pki, "server.key")]
+
+    def channel(self, server=None, cert=None, tls=True):
+        import grpc
+        server = server or self.server
+        target = f"127.0.0.1:{server.port}"
+        if not tls:
+            return grpc.insecure_channel(target)
+        with open(os.path.join(self.pki, "ca.pem"), "rb") as f:
+            root = f.read()
+        key = chain = None
+        if cert:
+            with open(os.path.join(self.pki, cert + ".key"), "rb") as f:
+                key = f.read()
+            with open(os.path.join(self.pki, cert + ".pem"), "rb") as f:
+                chain = f.read()
+        creds = grpc.ssl_channel_credentials(root_certificates=root, private_key=key,
+                                             certificate_chain=chain)
+        return grpc.secure_channel(target, creds)
+
+    def stubs(self, channel):
+        from clash.v1 import (parts_pb2_grpc, queries_pb2_grpc, scenes_pb2_grpc,
+                              sequences_pb2_grpc)
+        return {"parts": parts_pb2_grpc.PartServiceStub(channel),
+                "scenes": scenes_pb2_grpc.SceneServiceStub(channel),
+                "queries": queries_pb2_grpc.QueryServiceStub(channel),
+                "sequences": sequences_pb2_grpc.SequenceServiceStub(channel),
+                "health": HealthStub(channel)}
+
+    @staticmethod
+    def md(token):
+        return [("authorization", f"Bearer {token}")] if token is not None else []
+
+    def every_method(self):
+        """(path, request class, client streaming, server streaming) of every RPC."""
+        from clash.v1 import parts_pb2, queries_pb2, scenes_pb2, sequences_pb2
+        from google.protobuf import symbol_database
+        db = symbol_database.Default()
+        out = []
+        for module in (parts_pb2, scenes_pb2, queries_pb2, sequences_pb2):
+            for service in module.DESCRIPTOR.services_by_name.values():
+                for m in service.methods:
+                    req = db.GetSymbol(m.input_type.full_name)
+                    out.append((f"/{service.full_name}/{m.name}", req,
+                                m.client_streaming if hasattr(m, "client_streaming") else
+                                m.name == "ImportCad",
+                                m.server_streaming if hasattr(m, "server_streaming") else
+                                m.name == "ValidateSequence"))
+        return out
+
+    def call_raw(self, channel, path, req_cls, client_stream, server_stream, metadata):
+        import grpc
+        ser = req_cls.SerializeToString
+        if client_stream:
+            fn = channel.stream_unary(path, request_serializer=ser,
+                                      response_deserializer=lambda b: b)
+            return fn(iter([req_cls()]), metadata=metadata, timeout=30)
+        if server_stream:
+            fn = channel.unary_stream(path, request_serializer=ser,
+                                      response_deserializer=lambda b: b)
+            return list(fn(req_cls(), metadata=metadata, timeout=30))
+        fn = channel.unary_unary(path, request_serializer=ser, response_deserializer=lambda b: b)
+        return fn(req_cls(), metadata=metadata, timeout=30)
+
+    def test_every_rpc_needs_a_valid_token(self):
+        import grpc
+        ch = self.channel()
+        methods = self.every_method()
+        self.assertGreaterEqual(len(methods), 19)  # every RPC of the four clash.v1 services
+        for path, req, cs, ss in methods:
+            for label, md in (("no token", []), ("wrong token", self.md("wrong")),
+                              ("not bearer", [("authorization", "Basic " + TOKEN_A)]),
+                              ("empty bearer", [("authorization", "Bearer ")])):
+                with self.subTest(rpc=path, case=label):
+                    with self.assertRaises(grpc.RpcError) as e:
+                        self.call_raw(ch, path, req, cs, ss, md)
+                    self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+                    self.assertNotIn(TOKEN_A, e.exception.details() or "")
+        # The tokens never reach the log.
+        self.server.proc.poll()
+        self.assertIsNone(self.server.proc.returncode)
+        self.assertFalse(any(TOKEN_A in line for line in self.server.log))
+        ch.close()
+
+    def test_health_is_open_by_default_and_closed_on_request(self):
+        import grpc
+        ch = self.channel()
+        health = self.stubs(ch)["health"]
+        r = health.Check(health_pb2.HealthCheckRequest(), timeout=10)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+        r = health.Check(health_pb2.HealthCheckRequest(service="clash.v1.QueryService"),
+                         timeout=10)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+        with self.assertRaises(grpc.RpcError) as e:
+            health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+        ch.close()
+
+        closed = Clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
+                        "--health-requires-token")
+        try:
+            ch = self.channel(closed)
+            health = self.stubs(ch)["health"]
+            with self.assertRaises(grpc.RpcError) as e:
+                health.Check(health_pb2.HealthCheckRequest(), timeout=10)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+            r = health.Check(health_pb2.HealthCheckRequest(), metadata=self.md(TOKEN_B),
+                             timeout=10)
+            self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+            ch.close()
+        finally:
+            closed.stop()
+
+    def test_tenants_never_see_each_other(self):
+        import grpc
+        from clash.v1 import (common_pb2, parts_pb2, queries_pb2, scenes_pb2,
+                              sequences_pb2)
+        ch = self.channel()
+        s = self.stubs(ch)
+        a, b = self.md(TOKEN_A), self.md(TOKEN_B)
+        v, t = box_mesh((10, 10, 10))
+        part = s["parts"].UploadMesh(parts_pb2.UploadMeshRequest(name="a-box", vertices_mm=v,
+                                                                 triangles=t), metadata=a,
+                                     timeout=30)
+        scene = s["scenes"].CreateScene(scenes_pb2.CreateSceneRequest(name="a-scene"),
+                                        metadata=a, timeout=30)
+        placed = s["scenes"].AddInstances(scenes_pb2.AddInstancesRequest(
+            scene_id=scene.scene_id,
+            parts=[scenes_pb2.PartPlacement(part_id=part.part_id, name="one"),
+                   scenes_pb2.PartPlacement(part_id=part.part_id, name="two")]),
+            metadata=a, timeout=30)
+        ids = [i.instance_id for i in placed.instances]
+
+        rng = random.Random(7)
+        random_scene = "s" + "".join(rng.choice("0123456789abcdef") for _ in range(32))
+        random_part = "p" + "".join(rng.choice("0123456789abcdef") for _ in range(32))
+        nf = grpc.StatusCode.NOT_FOUND
+        for scene_id in (scene.scene_id, random_scene):
+            calls = {
+                "GetScene": lambda: s["scenes"].GetScene(
+                    scenes_pb2.GetSceneRequest(scene_id=scene_id), metadata=b, timeout=30),
+                "ListInstances": lambda: s["scenes"].ListInstances(
+                    scenes_pb2.ListInstancesRequest(scene_id=scene_id), metadata=b, timeout=30),
+                "SetPoses": lambda: s["scenes"].SetPoses(scenes_pb2.SetPosesRequest(
+                    scene_id=scene_id, poses=[scenes_pb2.PoseUpdate(instance_id=ids[0])]),
+                    metadata=b, timeout=30),
+                "RemoveInstances": lambda: s["scenes"].RemoveInstances(
+                    scenes_pb2.RemoveInstancesRequest(scene_id=scene_id, instance_ids=ids),
+                    metadata=b, timeout=30),
+                "AddInstances": lambda: s["scenes"].AddInstances(scenes_pb2.AddInstancesRequest(
+                    scene_id=scene_id, parts=[scenes_pb2.PartPlacement(part_id=part.part_id)]),
+                    metadata=b, timeout=30),
+                "CheckInterference": lambda: s["queries"].CheckInterference(
+                    queries_pb2.InterferenceRequest(scene_id=scene_id), metadata=b, timeout=30),
+                "ComputeDistance": lambda: s["queries"].ComputeDistance(
+                    queries_pb2.DistanceRequest(scene_id=scene_id), metadata=b, timeout=30),
+                "PickRays": lambda: s["queries"].PickRays(
+                    queries_pb2.PickRequest(scene_id=scene_id), metadata=b, timeout=30),
+                "ValidateSequence": lambda: list(s["sequences"].ValidateSequence(
+                    sequences_pb2.ValidateSequenceRequest(scene_id=scene_id), metadata=b,
+                    timeout=30)),
+                "DeleteScene": lambda: s["scenes"].DeleteScene(
+                    scenes_pb2.DeleteSceneRequest(scene_id=scene_id), metadata=b, timeout=30),
+            }
+            for name, call in calls.items():
+                with self.subTest(rpc=name, scene=scene_id):
+                    with self.assertRaises(grpc.RpcError) as e:
+                        call()
+                    self.assertEqual(e.exception.code(), nf, e.exception.details())
+        for part_id in (part.part_id, random_part):
+            with self.assertRaises(grpc.RpcError) as e:
+                s["parts"].GetPart(parts_pb2.GetPartRequest(part_id=part_id), metadata=b,
+                                   timeout=30)
+            self.assertEqual(e.exception.code(), nf)
+        self.assertEqual(len(s["scenes"].ListScenes(scenes_pb2.ListScenesRequest(), metadata=b,
+                                                    timeout=30).scenes), 0)
+        self.assertEqual(len(s["parts"].ListParts(parts_pb2.ListPartsRequest(), metadata=b,
+                                                  timeout=30).parts), 0)
+
+        # Tenant A's objects are intact and answer; the boxes overlap fully (same pose).
+        got = s["scenes"].ListInstances(scenes_pb2.ListInstancesRequest(scene_id=scene.scene_id),
+                                        metadata=a, timeout=30)
+        self.assertEqual(sorted(i.instance_id for i in got.instances), sorted(ids))
+        check = s["queries"].CheckInterference(
+            queries_pb2.InterferenceRequest(scene_id=scene.scene_id), metadata=a, timeout=30)
+        self.assertEqual(len(check.clashes), 1)
+        listed = s["scenes"].ListScenes(scenes_pb2.ListScenesRequest(), metadata=a, timeout=30)
+        self.assertIn(scene.scene_id, [x.scene_id for x in listed.scenes])
+        # Tenant B uploading the same mesh gets its own copy (same content id, own store).
+        part_b = s["parts"].UploadMesh(parts_pb2.UploadMeshRequest(name="b-box", vertices_mm=v,
+                                                                   triangles=t), metadata=b,
+                                       timeout=30)
+        self.assertEqual(part_b.part_id, part.part_id)
+        self.assertEqual(s["parts"].GetPart(parts_pb2.GetPartRequest(part_id=part.part_id),
+                                            metadata=a, timeout=30).name, "a-box")
+        # On disk, each tenant has its own folder.
+        tenants = os.path.join(self.server.data, "tenants")
+        self.assertTrue(os.path.isdir(os.path.join(tenants, "tenant-a")))
+        self.assertTrue(os.path.isdir(os.path.join(tenants, "tenant-b")))
+        ch.close()
+
+    def test_plaintext_client_against_the_tls_port_fails(self):
+        import grpc
+        from clash.v1 import scenes_pb2
+        ch = self.channel(tls=False)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.stubs(ch)["scenes"].ListScenes(scenes_pb2.ListScenesRequest(),
+                                                metadata=self.md(TOKEN_A), timeout=5)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        ch.close()
+
+    def test_clashd_refuses_unsafe_listeners(self):
+        clashd = os.path.join(ARGS.bin_dir, "server", "clashd")
+        data = tempfile.mkdtemp(prefix="refuse-", dir=self.tmp)
+        for flags, why in ((["--listen", "0.0.0.0:0"], "not a loopback address"),
+                           (["--listen", "0.0.0.0:0"] + self.tls_flags(), "without authentication"),
+                           (["--tls-cert", os.path.join(self.pki, "server.pem")],
+                            "both --tls-cert and --tls-key")):
+            with self.subTest(flags=flags):
+                listen = [] if "--listen" in flags else ["--listen", "127.0.0.1:0"]
+                r = subprocess.run([clashd, "--metrics-listen", "", "--data-dir", data,
+                                    *listen, *flags],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(why, r.stderr)
+        bad_tokens = os.path.join(self.tmp, "bad-tokens")
+        with open(bad_tokens, "w") as f:
+            f.write("not-a-hash tenant\n")
+        r = subprocess.run([clashd, "--metrics-listen", "", "--data-dir", data, "--tokens",
+                            bad_tokens], capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("line 1", r.stderr)
+
+    def test_mutual_tls_names_the_tenant(self):
+        import grpc
+        from clash.v1 import scenes_pb2
+        mtls = Clashd(self.tmp, *self.tls_flags(), "--tls-client-ca",
+                      os.path.join(self.pki, "ca.pem"))
+        try:
+            for cert in (None, "client-stranger"):
+                ch = self.channel(mtls, cert=cert)
+                with self.subTest(cert=cert):
+                    with self.assertRaises(grpc.RpcError) as e:
+                        self.stubs(ch)["scenes"].ListScenes(scenes_pb2.ListScenesRequest(),
+                                                            timeout=5)
+                    self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+                ch.close()
+            ch = self.channel(mtls, cert="client-b")
+            scene = self.stubs(ch)["scenes"].CreateScene(
+                scenes_pb2.CreateSceneRequest(name="by-cert"), timeout=30)
+            self.assertTrue(scene.scene_id.startswith("s"))
+            self.assertTrue(os.path.isdir(os.path.join(mtls.data, "tenants", "tenant-b")))
+            ch.close()
+        finally:
+            mtls.stop()
+
+    def test_rate_storage_and_import_quotas(self):
+        import grpc
+        from clash.v1 import parts_pb2, scenes_pb2
+        q = Clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
+                   "--tenant-requests-per-second", "2", "--tenant-burst", "5",
+                   "--tenant-max-storage-bytes", "200000",
+                   "--tenant-max-concurrent-imports", "1")
+        try:
+            ch = self.channel(q)
+            s = self.stubs(ch)
+            a, b = self.md(TOKEN_A), self.md(TOKEN_B)
+            codes = []
+            for _ in range(12):
+                try:
+                    s["scenes"].ListScenes(scenes_pb2.ListScenesRequest(), metadata=a, timeout=10)
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as e:
+                    codes.append(e.code())
+            self.assertGreaterEqual(codes.count(grpc.StatusCode.OK), 5)
+            self.assertIn(grpc.StatusCode.RESOURCE_EXHAUSTED, codes)
+            self.assertEqual(set(codes), {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED})
+            # Tenant B's budget is its own.
+            s["scenes"].ListScenes(scenes_pb2.ListScenesRequest(), metadata=b, timeout=10)
+            time.sleep(3)  # tenant A's bucket refills
+
+            # Storage: a mesh of ~30 kB fits, enough of them do not.
+            results = []
+            for i in range(12):
+                v, t = sphere_mesh(10 + i, 40)  # 3120 triangles, distinct per i
+                try:
+                    s["parts"].UploadMesh(parts_pb2.UploadMeshRequest(
+                        name=f"m{i}", vertices_mm=v, triangles=t), metadata=b, timeout=10)
+                    results.append(grpc.StatusCode.OK)
+                except grpc.RpcError as e:
+                    results.append(e.code())
+                time.sleep(0.5)
+            self.assertIn(grpc.StatusCode.OK, results)
+            self.assertIn(grpc.StatusCode.RESOURCE_EXHAUSTED, results, results)
+
+            # Imports: a second import of the same tenant while one is open is refused.
+            gate = threading.Event()
+
+            def slow_upload():
+                yield parts_pb2.ImportCadRequest(header=parts_pb2.ImportCadHeader(
+                    file_name="slow.step"))
+                gate.wait(20)
+                yield parts_pb2.ImportCadRequest(chunk=b"ISO-10303-21;\n")
+
+            first = s["parts"].ImportCad.future(slow_upload(), metadata=a, timeout=30)
+            time.sleep(1.0)
+            with self.assertRaises(grpc.RpcError) as e:
+                s["parts"].ImportCad(iter([parts_pb2.ImportCadRequest(
+                    header=parts_pb2.ImportCadHeader(file_name="x.step"))]), metadata=a,
+                    timeout=10)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertIn("imports running", e.exception.details())
+            gate.set()
+            with self.assertRaises(grpc.RpcError) as e:
+                first.result()  # a one-line "STEP file" does not import
+            self.assertNotIn(e.exception.code(), (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                                  grpc.StatusCode.UNAUTHENTICATED))
+            ch.close()
+        finally:
+            q.stop()
+
+    def test_clashctl_with_tls_and_token(self):
+        ctl = os.path.join(ARGS.bin_dir, "client", "clashctl")
+        base = [ctl, "--server", f"127.0.0.1:{self.server.port}", "--tls-ca",
+                os.path.join(self.pki, "ca.pem")]
+        env = dict(os.environ)
+        env.pop("CLASH_TOKEN", None)
+        env.pop("CLASH_TOKEN_FILE", None)
+        r = subprocess.run(base + ["scene", "list"], capture_output=True, text=True, env=env,
+                           timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("UNAUTHENTICATED", r.stderr)
+        r = subprocess.run(base + ["health"], capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("SERVING", r.stdout)
+        r = subprocess.run(base + ["scene", "create", "from-ctl"], capture_output=True, text=True,
+                           env=dict(env, CLASH_TOKEN=TOKEN_A), timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        token_file = os.path.join(self.tmp, "token-a")
+        with open(token_file, "w") as f:
+            f.write(TOKEN_A + "\n")
+        r = subprocess.run(base + ["--token-file", token_file, "scene", "list"],
+                           capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("from-ctl", r.stdout)
+        # A token is never sent in plaintext to a non-loopback address.
+        r = subprocess.run([ctl, "--server", "192.0.2.1:50051", "scene", "list"],
+                           capture_output=True, text=True, env=dict(env, CLASH_TOKEN=TOKEN_A),
+                           timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("plaintext", r.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--proto-dir", required=True)
+    ARGS, rest = parser.parse_known_args()
+    if shutil.which("openssl") is None:
+        print("openssl not installed: skipping")
+        sys.exit(77)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
