@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -88,6 +89,20 @@ StopCheck MakeStop(const grpc::ServerContext* ctx, absl::Time deadline) {
 absl::StatusOr<std::size_t> PageSize(int requested, int fallback, int max) {
   if (requested < 0) return absl::InvalidArgumentError("page_size must be >= 0");
   return static_cast<std::size_t>(requested == 0 ? fallback : std::min(requested, max));
+}
+
+// The base name of the client's file name, kept to [A-Za-z0-9._-] and 100 bytes, no leading
+// dot; "upload" when nothing is left.
+std::string UploadName(const std::string& file_name) {
+  const std::size_t slash = file_name.find_last_of("/\\");
+  std::string name;
+  for (char c : slash == std::string::npos ? file_name : file_name.substr(slash + 1)) {
+    if (name.size() == 100) break;
+    const bool ok =
+        absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    if (ok && !(name.empty() && c == '.')) name += c;
+  }
+  return name.empty() ? "upload" : name;
 }
 
 // Plaintext only on loopback; TLS (optionally requiring client certificates) everywhere else,
@@ -233,13 +248,13 @@ struct ClashServer::Impl {
     }
     grpc::Status GetPartMesh(grpc::ServerContext* ctx, const v1::GetPartMeshRequest* request,
                              v1::PartMesh* response) override {
-      return impl_->Serve(ctx, "GetPartMesh", [&]() -> absl::Status {
+      return impl_->Serve(ctx, "GetPartMesh", [&](Tenant& tenant) -> absl::Status {
         if (!PartStore::IsPartId(request->part_id())) {
           return absl::InvalidArgumentError(
               absl::StrCat("part_id '", request->part_id(), "' is not \"p\" + 32 hex digits"));
         }
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry,
-                               impl_->parts->Get(request->part_id()));
+                               tenant.parts().Get(request->part_id()));
         const geom::TriangleMesh& mesh = entry->geom->mesh();
         response->set_part_id(request->part_id());
         auto* xyz = response->mutable_vertices_mm();
@@ -698,7 +713,8 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
       std::filesystem::remove_all(dir, ec);
     }
   } remove_dir{dir};
-  const std::string file = dir + "/upload";
+  // Named after the user's file (sanitised), so that error messages name it.
+  const std::string file = absl::StrCat(dir, "/", UploadName(header.file_name()));
   {
     const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return absl::InternalError("cannot create the upload file");
@@ -747,6 +763,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   limits.wall_seconds = std::max(0.001, absl::ToDoubleSeconds(deadline - absl::Now()));
   limits.cpu_seconds = limits.wall_seconds;
   limits.address_space_bytes = config.import_memory_bytes;
+  limits.temp_dir = t.tmp_dir();  // emptied when the tenant is opened, so never left behind
   std::atomic<bool> cancel{false};
   std::atomic<bool> done{false};
   std::thread watcher([&] {
@@ -914,9 +931,9 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   }
   HealthService* health = &impl->health_service;
   health->Set("", true);
-  const bool worker_ok =
-      access(cad::ResolveWorkerPath(cad::IsolationLimits{config.worker_path, 1, 1, 1, 1}).c_str(),
-             X_OK) == 0;
+  cad::IsolationLimits probe;
+  probe.worker_path = config.worker_path;
+  const bool worker_ok = access(cad::ResolveWorkerPath(probe).c_str(), X_OK) == 0;
   for (const char* name : kServiceNames) health->Set(name, true);
   if (!worker_ok) {
     LogLine(LogLevel::kWarning, "clash-cad-worker not found: CAD imports are unavailable");

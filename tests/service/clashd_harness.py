@@ -127,6 +127,8 @@ class Clashd:
         self.bin_dir = bin_dir
         self.root = root
         self.data_dir = os.path.join(root, "data")
+        # Without tokens every call is tenant "local", whose stores live here.
+        self.store_dir = os.path.join(self.data_dir, "tenants", "local")
         self.tmpdir = os.path.join(root, "worker-tmp")
         os.makedirs(self.tmpdir, exist_ok=True)
         self.extra_args = list(extra_args)
@@ -187,8 +189,9 @@ class Clashd:
         return [p for p, ppid, _ in _processes() if ppid == self.proc.pid]
 
     def workers(self):
-        """Live clash-cad-worker processes started by this server (found by their TMPDIR, so
-        also orphans whose parent died); zombies are not counted."""
+        """Live clash-cad-worker processes started by this server (found by their TMPDIR, a
+        folder under this server's root, so also orphans whose parent died); zombies are not
+        counted."""
         out = []
         for pid, _, state in _processes():
             if state == "Z":
@@ -202,7 +205,7 @@ class Clashd:
                 continue
             if not cmd or not cmd[0].endswith(b"clash-cad-worker"):
                 continue
-            if any(e.startswith(b"TMPDIR=" + self.tmpdir.encode()) for e in env):
+            if any(e.startswith(b"TMPDIR=" + self.root.encode() + b"/") for e in env):
                 out.append(pid)
         return out
 
@@ -215,14 +218,14 @@ class Clashd:
         return self.workers()
 
     def leftover_files(self):
-        """Temporaries: .tmp-* files of the atomic writer in the stores, uploads in data/tmp,
-        the workers' private folders in TMPDIR."""
+        """Temporaries: .tmp-* files of the atomic writer in the stores, uploads and the
+        workers' private folders in the tenant's tmp, anything in TMPDIR."""
         left = []
         for sub in ("parts", "assemblies", "scenes", "import-cache"):
-            d = os.path.join(self.data_dir, sub)
+            d = os.path.join(self.store_dir, sub)
             if os.path.isdir(d):
                 left += [os.path.join(d, n) for n in os.listdir(d) if n.startswith(".tmp-")]
-        tmp = os.path.join(self.data_dir, "tmp")
+        tmp = os.path.join(self.store_dir, "tmp")
         if os.path.isdir(tmp):
             left += [os.path.join(tmp, n) for n in os.listdir(tmp)]
         left += [os.path.join(self.tmpdir, n) for n in os.listdir(self.tmpdir)]

@@ -48,10 +48,12 @@ constexpr std::size_t kStderrQuoteBytes = 2000;
 // A private temp folder, removed with everything in it when this goes out of scope.
 class TempDir {
  public:
-  static absl::StatusOr<TempDir> Create() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat((base != nullptr && *base != '\0') ? base : "/tmp",
-                                       "/clash-cad-worker-XXXXXX");
+  static absl::StatusOr<TempDir> Create(const std::string& in) {
+    const char* env = std::getenv("TMPDIR");
+    const std::string base = !in.empty()                        ? in
+                             : (env != nullptr && *env != '\0') ? std::string(env)
+                                                                : "/tmp";
+    std::string pattern = absl::StrCat(base, "/clash-cad-worker-XXXXXX");
     if (mkdtemp(pattern.data()) == nullptr) {
       return absl::InternalError(
           absl::StrCat("cannot create a temp folder ", pattern, ": ", std::strerror(errno)));
@@ -184,7 +186,7 @@ absl::StatusOr<std::string> RunWorker(const std::string& path, const Tessellatio
     return absl::FailedPreconditionError(absl::StrCat(
         "import worker cannot be started: ", setup.worker, ": ", std::strerror(errno)));
   }
-  absl::StatusOr<TempDir> dir = TempDir::Create();
+  absl::StatusOr<TempDir> dir = TempDir::Create(limits.temp_dir);
   if (!dir.ok()) return dir.status();
   const std::string output_path = dir->path() + "/result.bin";
   setup.stderr_path = dir->path() + "/stderr.txt";

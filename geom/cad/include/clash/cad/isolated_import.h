@@ -34,6 +34,9 @@ struct IsolationLimits {
   std::size_t address_space_bytes = std::size_t{4} << 30;
   /// Largest accepted result file (RLIMIT_FSIZE of the worker and the parser's limit).
   std::size_t max_output_bytes = std::size_t{2} << 30;
+  /// Folder for the worker's private temp folder; empty: $TMPDIR, else /tmp. A folder the
+  /// caller empties at start-up leaves nothing behind even when the caller is killed.
+  std::string temp_dir;
 };
 
 /// Returns the worker executable that `limits` selects (see IsolationLimits::worker_path).
