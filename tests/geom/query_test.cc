@@ -250,6 +250,46 @@ TEST(ContainsPoint, AgreesWithWindingNumber) {
   EXPECT_FALSE(ContainsPoint(*open.Part(), Vec3(0, 0, 0)));
 }
 
+// The inside test from the closest face (used by the depth estimate instead of rays) against
+// the winding number; it must decide most points, and never differently.
+TEST(InsideFromClosestFace, AgreesWithWindingNumber) {
+  auto rng = SeededRng(202);
+  int decided = 0, inside = 0, asked = 0;
+  const int trials = testing::Trials(3000, 600);
+  PartPtr part;
+  for (int i = 0; i < trials; ++i) {
+    if (i % 300 == 0) {
+      part = MakeBlob(rng, 10, 14, 20, 0.35)
+                 .Transformed({RandomRotation(rng), RandomPoint(rng, 5)})
+                 .Part();
+      ASSERT_TRUE(part->mesh().IsClosed());
+    }
+    const Vec3 p = RandomPoint(rng, 12, part->bounds().Center());
+    const double w = BruteWindingNumber(part->mesh(), p);
+    if (std::abs(w - 0.5) < 0.45) continue;
+    ++asked;
+    const PointDistanceResult d = ClosestPoint(*part, p);
+    const std::optional<bool> side = InsideFromClosestFace(*part, p, d);
+    if (!side) continue;
+    ++decided;
+    inside += *side;
+    EXPECT_EQ(*side, w > 0.5) << "trial " << i << " winding " << w << " distance " << d.distance;
+  }
+  EXPECT_GT(decided, asked / 4);  // ~40 %: far points are nearest to edges and vertices
+  EXPECT_GT(inside, decided / 10);
+  // On the surface, or with the closest point on an edge or a vertex: left to the rays.
+  auto box = MakeBox(Vec3(1, 1, 1)).Part();
+  EXPECT_EQ(InsideFromClosestFace(*box, Vec3(1, 0.5, 0.5), ClosestPoint(*box, Vec3(1, 0.5, 0.5))),
+            std::nullopt);
+  EXPECT_EQ(InsideFromClosestFace(*box, Vec3(2, 2, 0.3), ClosestPoint(*box, Vec3(2, 2, 0.3))),
+            std::nullopt);
+  EXPECT_EQ(InsideFromClosestFace(*box, Vec3(3, 3, 3), ClosestPoint(*box, Vec3(3, 3, 3))),
+            std::nullopt);
+  const Vec3 in(0.2, 0.1, 0.7), out(0.3, -0.2, 1.5);
+  EXPECT_EQ(InsideFromClosestFace(*box, in, ClosestPoint(*box, in)), true);
+  EXPECT_EQ(InsideFromClosestFace(*box, out, ClosestPoint(*box, out)), false);
+}
+
 TEST(Containment, FindsWhichPartIsInside) {
   auto rng = SeededRng(102);
   auto big = MakeBlob(rng, 20, 12, 16, 0.1).Part();

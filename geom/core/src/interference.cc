@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "clash/geom/obb.h"
+#include "clash/geom/query.h"
 
 namespace clash::geom {
 namespace {
@@ -167,7 +168,9 @@ Deepest DeepestInside(const std::vector<Candidate>& candidates, const RigidTrans
     const Vec3 p_WC = X_WP * c.p_P;
     const bool deeper = d.distance > best.depth ||
                         (best.found && d.distance == best.depth && LexLess(p_WC, best.p_WP));
-    if (!deeper || !ContainsPoint(q, p_QC)) continue;
+    if (!deeper) continue;
+    const std::optional<bool> inside = InsideFromClosestFace(q, p_QC, d);
+    if (!(inside ? *inside : ContainsPoint(q, p_QC))) continue;
     best.depth = d.distance;
     best.found = true;
     best.p_WP = p_WC;

@@ -350,6 +350,25 @@ double WindingNumber(const TriangleMesh& m, const Vec3& p) {
 
 }  // namespace
 
+std::optional<bool> InsideFromClosestFace(const Part& q, const Vec3& p,
+                                          const PointDistanceResult& d) {
+  constexpr double kInteriorMargin = 1e-6;  // barycentric coordinates this far from an edge
+  const auto& t = q.mesh().triangles()[d.triangle];
+  const auto& v = q.mesh().vertices();
+  const Vec3 n = (v[t[1]] - v[t[0]]).cross(v[t[2]] - v[t[0]]);
+  const double nn = n.squaredNorm();
+  if (!(nn > 0.0) || !(d.distance > 0.0)) return std::nullopt;
+  for (int i = 0; i < 3; ++i) {
+    const Vec3 sub = (v[t[(i + 1) % 3]] - d.p_PC).cross(v[t[(i + 2) % 3]] - d.p_PC);
+    if (!(sub.dot(n) > kInteriorMargin * nn)) return std::nullopt;
+  }
+  const double s = (p - d.p_PC).dot(n) / std::sqrt(nn);
+  // p - closest is along the normal when the closest point is inside the face; anything else
+  // is rounding trouble, left to the rays.
+  if (!(std::abs(s) >= 0.999 * d.distance)) return std::nullopt;
+  return s < 0.0;
+}
+
 bool ContainsPoint(const Part& part, const Vec3& p_PQ) {
   if (!part.mesh().IsClosed() || !part.bounds().Contains(p_PQ)) return false;
   int votes_in = 0, votes = 0;

@@ -87,6 +87,14 @@ struct PointDistanceResult {
     const Part& part, const Vec3& p_PQ,
     double upper_bound = std::numeric_limits<double>::infinity());
 
+/// Whether p_PQ (part frame) lies inside the closed part, decided from `closest`, its
+/// ClosestPoint, when that point lies inside a face: the open ball about p through it holds no
+/// surface and the face is tangent to the ball there, so p is on the side the face's outward
+/// normal says. nullopt when the closest point is on (or within 1e-6 barycentric of) an edge or
+/// vertex, when p is on the surface, or for rounding trouble: then ContainsPoint decides.
+[[nodiscard]] std::optional<bool> InsideFromClosestFace(const Part& part, const Vec3& p_PQ,
+                                                        const PointDistanceResult& closest);
+
 /// The closest hit of a ray on a posed part.
 struct RayHit {
   double t = 0.0;                ///< Ray parameter of the hit.
