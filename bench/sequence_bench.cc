@@ -77,6 +77,7 @@ struct Dataset {
   // exact distance (touches) or not (false).
   int misses_naive = 0, late_naive = 0, on_time_naive = 0, touches_naive = 0, false_naive = 0;
   int misses_ca = 0, late_ca = 0, on_time_ca = 0, touches_ca = 0, false_ca = 0;
+  int touches_dca = 0, false_dca = 0;  // fcl-distance-ca: sound, so never a miss (checked)
   int blocked = 0;
 };
 
@@ -105,7 +106,27 @@ const Model& FclModel(const Part& part) {
   return *slot;
 }
 
-enum class Fcl { kCa, kNaive };
+// kCa: FCL's conservative advancement; kNaive: FCL's default (10 samples); kDistanceCa: the
+// far mode of our sweep (steps of MaxTravel <= d - τ/2, motion.h's bound) with FCL's exact
+// distance as its distance engine, stopping at the first pose within τ (FCL has no penetration
+// depth for meshes, so it cannot go on through a contact): a sound continuous check built from
+// FCL's parts, for the steps that never come within τ.
+enum class Fcl { kCa, kNaive, kDistanceCa };
+
+// FCL's exact distance between the moving part at X and the given obstacles (their minimum,
+// clamped at 0; +inf without obstacles).
+double FclMinDistance(const Case& c, const std::vector<std::size_t>& which,
+                      const RigidTransform& X) {
+  double best = std::numeric_limits<double>::infinity();
+  for (std::size_t i : which) {
+    const auto& o = c.obstacles[i];
+    fcl::DistanceRequestd req;
+    fcl::DistanceResultd res;
+    fcl::distance(&FclModel(*c.moving), ToFcl(X), &FclModel(*o.part), ToFcl(o.X_WO), req, res);
+    best = std::min(best, std::max(res.min_distance, 0.0));
+  }
+  return best;
+}
 
 // FCL's motion pieces of a case: one for a translation; rotations in pieces of at most π/2
 // (FCL's screw is defined by its two end poses, so it takes the shorter rotation).
@@ -148,6 +169,21 @@ struct FclAnswer {
 };
 
 FclAnswer RunFcl(const Case& c, const std::vector<std::size_t>& candidates, Fcl method) {
+  if (method == Fcl::kDistanceCa) {
+    const geom::Sphere sphere = geom::TravelSphere(*c.moving);
+    FclAnswer out;
+    for (double t = 0;;) {
+      const double d = FclMinDistance(c, candidates, c.motion->PoseAt(t));
+      out.calls += static_cast<int>(candidates.size());
+      if (d <= c.tau) {
+        out.collide = true;
+        out.toc = t;
+        return out;
+      }
+      if (t >= 1) return out;
+      t = c.motion->AdvanceLimit(t, d - c.tau / 2, sphere);
+    }
+  }
   const bool linear = c.motion->kind() == geom::MotionKind::kLinear;
   fcl::ContinuousCollisionRequestd req;  // FCL's default: naive, 10 samples
   req.ccd_motion_type = linear ? fcl::CCDM_LINEAR : fcl::CCDM_SCREW;
@@ -238,14 +274,9 @@ bool FclCollidesAt(const Case& c, const RigidTransform& X) {
   return false;
 }
 double FclDistanceAt(const Case& c, const RigidTransform& X) {
-  double best = std::numeric_limits<double>::infinity();
-  for (const auto& o : c.obstacles) {
-    fcl::DistanceRequestd req;
-    fcl::DistanceResultd res;
-    fcl::distance(&FclModel(*c.moving), ToFcl(X), &FclModel(*o.part), ToFcl(o.X_WO), req, res);
-    best = std::min(best, std::max(res.min_distance, 0.0));
-  }
-  return best;
+  std::vector<std::size_t> all(c.obstacles.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return FclMinDistance(c, all, X);
 }
 
 // Computes every answer and checks the agreements; fills the dataset's counters.
@@ -284,6 +315,7 @@ void Check(Dataset& d, bool brute_force, double expected_t = -2) {
     const std::vector<std::size_t> cand = Candidates(c);
     const FclAnswer ca = RunFcl(c, cand, Fcl::kCa);
     const FclAnswer naive = RunFcl(c, cand, Fcl::kNaive);
+    const FclAnswer dca = RunFcl(c, cand, Fcl::kDistanceCa);
     // Our blocked pose, confirmed by both libraries' discrete checks.
     if (c.exact.blocked) {
       const RigidTransform X = c.motion->PoseAt(c.exact.t_contact);
@@ -299,13 +331,18 @@ void Check(Dataset& d, bool brute_force, double expected_t = -2) {
           : naive.toc > c.exact.t_contact ? &d.late_naive
                                           : &d.on_time_naive);
       ++*(!ca.collide ? &d.misses_ca : ca.toc > c.exact.t_contact ? &d.late_ca : &d.on_time_ca);
+      if (!dca.collide || dca.toc > c.exact.t_contact) {
+        d.error = absl::StrCat(c.name, ": the FCL-distance advancement missed our blocked pose");
+        return;
+      }
     }
     // A contact reported before ours (or where ours is free): our sweep must not have passed a
     // blocked pose there, and FCL's own exact distance says whether it is a touch (within τ,
     // allowed) or a false collision.
     for (const auto& [answer, touches, false_alarms] :
          {std::tuple{ca, &d.touches_ca, &d.false_ca},
-          std::tuple{naive, &d.touches_naive, &d.false_naive}}) {
+          std::tuple{naive, &d.touches_naive, &d.false_naive},
+          std::tuple{dca, &d.touches_dca, &d.false_dca}}) {
       if (!answer.collide || (c.exact.blocked && answer.toc >= c.exact.t_contact)) continue;
       const RigidTransform X = c.motion->PoseAt(answer.toc);
       if (BlockedAt(c, X)) {
@@ -509,6 +546,8 @@ void Counters(benchmark::State& state, const Dataset& d, double queries, double 
   state.counters["calls_per_step"] = calls / steps;
   state.counters["misses_naive"] = d.misses_naive;
   state.counters["misses_ca"] = d.misses_ca;
+  state.counters["touches_dca"] = d.touches_dca;
+  state.counters["false_dca"] = d.false_dca;
   state.counters["late_naive"] = d.late_naive;
   state.counters["late_ca"] = d.late_ca;
   state.counters["touches_naive"] = d.touches_naive;
@@ -556,8 +595,13 @@ void BM_Fcl(benchmark::State& state, const std::string& name, Fcl method) {
     }
   }
   // FCL does not expose how many distance queries its conservative advancement makes; the naive
-  // solver makes one discrete collide per sample (10) and call.
-  Counters(state, d, method == Fcl::kNaive ? 10 * calls : -1, calls);
+  // solver makes one discrete collide per sample (10) and call; the distance advancement one
+  // exact distance per call.
+  Counters(state, d,
+           method == Fcl::kNaive        ? 10 * calls
+           : method == Fcl::kDistanceCa ? calls
+                                        : -1,
+           calls);
 }
 
 }  // namespace
@@ -576,6 +620,9 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("BM_Sequence/fcl-naive/" + name).c_str(), clash::bench::BM_Fcl,
                                  name, Fcl::kNaive)
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("BM_Sequence/fcl-distance-ca/" + name).c_str(),
+                                 clash::bench::BM_Fcl, name, Fcl::kDistanceCa)
         ->Unit(benchmark::kMicrosecond);
   }
   benchmark::RunSpecifiedBenchmarks();
