@@ -1,23 +1,25 @@
 // clash_sequence_bench: continuous checking of assembly steps (issue 5) — clashd's sweep (the
 // sequence engine's per-step check) beside FCL 0.7's continuousCollide with conservative
-// advancement and with its default naive sampling, on the same motions. See README.md.
+// advancement and with its default naive sampling, and beside a sound advancement on FCL's exact
+// distance, on the same motions. See bench/README.md.
 //
 // Datasets (each a list of step checks: a moving part, its motion, fixed obstacles, τ):
 //  - as1: the as1 assembly's valid order (tests/testing/as1_sequence.h: plate, brackets, bolts
-//    and rods along their axes, nuts screwed on) plus two wrong steps (a bolt from the wrong
-//    side, a bracket lowered onto a bolt already in place): 20 steps. Obstacles and τ are what
-//    server::RunSequence gives each step, checked against RunSequence's own answers.
+//    and the rod along their axes, nuts screwed on) plus the blocked step of two wrong orders
+//    (a bolt from the wrong side, a bracket lowered onto its bolts): 20 steps. Obstacles and τ
+//    are what server::RunSequence gives each step, checked against RunSequence's own answers.
 //  - insertion / insertion-tight: a peg (cylinder, 256 sides) pushed 200 mm through a tube of
 //    1024 sides (8192 triangles) whose hole is wider than the peg / narrower than the peg.
 //  - thinplate: a box crossing a 0.1 mm plate in one 100 mm move, and nine more moves shifted
-//    along the plate, some of which miss its edge.
-// Answers are computed before timing: ours (Sweep) is the exact answer; on thinplate and the
-// insertions it is confirmed by a dense brute-force scan (ClassifyPair every τ/8 of travel).
-// Misses (a method says free where the exact answer is blocked) are counters; the benchmark
-// fails (SkipWithError) if our sweep misses or disagrees with FCL's conservative advancement
-// beyond the tolerance: FCL reports any touch as a collision, so an FCL collision where ours is
-// free must be a touch (our distance at FCL's contact pose at most τ), and ours blocked at t
-// must be an FCL collision no later than t.
+//    along the plate, the last five beside it.
+// Answers are computed before timing: ours (Sweep) is the exact answer, confirmed by a dense scan
+// (ClassifyPair every τ/8 of travel) on thinplate, the analytical answer on the insertions and
+// RunSequence on as1; every blocked pose of ours is confirmed by ClassifyPair and FCL's collide.
+// FCL's answers are counted (misses: blocked steps answered free; late; false collisions and
+// touches, told apart by FCL's exact distance at its contact pose). The program fails
+// (SkipWithError, exit code 1) if ours is exhausted or refuted: a contact FCL reports before ours
+// that ClassifyPair finds blocked, or a blocked pose the sound FCL-distance advancement does
+// not reach by our t.
 #include <benchmark/benchmark.h>
 #include <fcl/geometry/bvh/BVH_model.h>
 #include <fcl/math/bv/OBBRSS.h>
@@ -378,8 +380,8 @@ std::unique_ptr<Dataset> Insertion(const std::string& name, double peg_radius) {
   Case c;
   c.name = name;
   c.moving = peg.get();
-  // The peg (centred, length 100) starts 60 mm above its centre's installed height + 50 and
-  // ends through the tube: 200 mm along -z.
+  // The peg (centred, length 100) starts with its centre at z = 120 (its end 60 mm above the
+  // tube's top at z = 10) and moves 200 mm along -z, through the tube and out below it.
   c.motion = *Motion::Linear(RigidTransform::Translation(Vec3(0, 0, 120)), -Vec3::UnitZ(), 200);
   c.obstacles.push_back({tube.get(), RigidTransform::Identity(), 1});
   c.tau = 0.01;
