@@ -37,9 +37,10 @@ absl::StatusOr<Vec3> UnitAxis(const v1::Vec3& v, const std::string& what) {
   return Vec3(a / n);
 }
 
-// The motion that ends at X_installed.
-absl::StatusOr<geom::Motion> MakeMotion(const v1::Motion& m, const RigidTransform& X_installed,
-                                        const std::string& what) {
+}  // namespace
+
+absl::StatusOr<geom::Motion> MotionToInstall(const v1::Motion& m, const RigidTransform& X_installed,
+                                             const std::string& what) {
   switch (m.kind_case()) {
     case v1::Motion::kLinear: {
       CLASH_ASSIGN_OR_RETURN(Vec3 d, UnitAxis(m.linear().direction(), what + ": direction"));
@@ -88,8 +89,6 @@ absl::StatusOr<geom::Motion> MakeMotion(const v1::Motion& m, const RigidTransfor
   }
   return absl::InvalidArgumentError(what + ": no motion given");
 }
-
-}  // namespace
 
 absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& request,
                          const StopCheck& stop,
@@ -182,9 +181,9 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     double best_blocked = 2.0;
     for (const InstanceRec* m : movers[k]) {
       result.add_moving_paths(m->path);
-      CLASH_ASSIGN_OR_RETURN(
-          geom::Motion motion,
-          MakeMotion(step.motion(), m->X_WP, absl::StrCat("step ", k + 1, " (", m->path, ")")));
+      CLASH_ASSIGN_OR_RETURN(geom::Motion motion,
+                             MotionToInstall(step.motion(), m->X_WP,
+                                             absl::StrCat("step ", k + 1, " (", m->path, ")")));
       std::vector<geom::SweepObstacle> obstacles;
       absl::flat_hash_map<uint64_t, const InstanceRec*> by_id;
       for (const Standing& s : standing) {

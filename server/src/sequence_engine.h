@@ -3,13 +3,23 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "clash/geom/motion.h"
 #include "clash/v1/sequences.pb.h"
 #include "query_engine.h"
 #include "scene.h"
 
 namespace clash::server {
+
+/// The geometry-core motion of a wire motion that ends at `X_installed` (a linear motion starts
+/// distance_mm back along -direction, a rotation or screw the whole angle back); INVALID_ARGUMENT
+/// naming `what` for a bad motion.
+[[nodiscard]] absl::StatusOr<geom::Motion> MotionToInstall(const v1::Motion& m,
+                                                           const geom::RigidTransform& X_installed,
+                                                           const std::string& what);
 
 /// Runs the sequence; `emit` receives progress, one StepResult per step run, then the summary.
 /// The caller holds the scene's mutex shared. Errors: NOT_FOUND (unknown instances, groups or
