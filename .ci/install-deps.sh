@@ -25,6 +25,8 @@ PACKAGES=(
   python3-grpcio python3-grpc-tools python3-protobuf
   # the HTML sequence report's screenshot test (headless, software WebGL)
   chromium
+  # libFuzzer targets (clang with compiler-rt), and the security test's certificates
+  clang libclang-rt-14-dev openssl
 )
 
 missing=()

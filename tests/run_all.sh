@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The one test command (README quick start, .ci/run): installs what is missing, builds, runs
-# every test, runs the geometry and CAD tests again under ASan+UBSan, and checks formatting.
+# every test, fuzzes the request and worker-output parsers briefly, runs every test again under
+# ASan+UBSan, and checks formatting.
 # Usage: bash tests/run_all.sh            (as root on Debian 12, or with sudo available)
-# Env:   CLASH_JOBS (default 2), CLASH_SKIP_INSTALL=1, CLASH_SKIP_SANITIZE=1
+# Env:   CLASH_JOBS (default 2), CLASH_SKIP_INSTALL=1, CLASH_SKIP_SANITIZE=1,
+#        CLASH_FUZZ_SECONDS (per fuzz target, default 30)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -32,6 +34,9 @@ tail -n 1 build/service-bench-check.log
 
 section "tests"
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
+
+section "fuzz (libFuzzer, clang, ASan+UBSan; brief)"
+bash tests/fuzz/run_fuzz.sh "${CLASH_FUZZ_SECONDS:-30}"
 
 if [ "${CLASH_SKIP_SANITIZE:-0}" != 1 ]; then
   section "all tests again under ASan+UBSan (Debug, assertions on)"
