@@ -76,6 +76,27 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> Build(const std::string& id,
 
 bool PartStore::IsPartId(const std::string& id) { return IsHexId(id, 'p'); }
 
+PartInput PartInputOf(const cad::AssemblyPart& part) {
+  PartInput in;
+  in.name = part.name;
+  in.xyz_mm = part.mesh.xyz;
+  in.triangles = part.mesh.triangles;
+  in.face_ids = part.mesh.face_ids;
+  in.deflection_mm = part.mesh.deflection_mm;
+  in.faces_total = part.mesh.faces_total;
+  in.faces_meshed = part.mesh.faces_meshed;
+  return in;
+}
+
+geom::RigidTransform TransformOf(const cad::Placement& placement) {
+  geom::RigidTransform X;
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) X.R(r, c) = placement.rotation[3 * r + c];
+    X.t[r] = placement.translation_mm[r];
+  }
+  return X;
+}
+
 absl::StatusOr<std::unique_ptr<PartStore>> PartStore::Open(std::string dir,
                                                            std::size_t max_triangles) {
   std::unique_ptr<PartStore> store(new PartStore(std::move(dir), max_triangles));

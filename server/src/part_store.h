@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "clash/cad/assembly.h"
 #include "clash/geom/part.h"
 #include "clash/v1/parts.pb.h"
 
@@ -35,6 +36,14 @@ struct PartInput {
   int faces_total = 0;
   int faces_meshed = 0;
 };
+
+/// The input of an imported part: views of its buffers (it must outlive the input) and its
+/// tessellation report.
+[[nodiscard]] PartInput PartInputOf(const cad::AssemblyPart& part);
+
+/// An import's placement as a transform (its matrix as given: validate with PoseFromProto when
+/// it must be rigid).
+[[nodiscard]] geom::RigidTransform TransformOf(const cad::Placement& placement);
 
 class PartStore {
  public:

@@ -810,17 +810,9 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   uint64_t triangles = 0;
   for (std::size_t i = 0; i < assembly.parts.size(); ++i) {
     const cad::AssemblyPart& p = assembly.parts[i];
-    PartInput in;
-    in.name = p.name;
-    in.xyz_mm = p.mesh.xyz;
-    in.triangles = p.mesh.triangles;
-    in.face_ids = p.mesh.face_ids;
-    in.deflection_mm = p.mesh.deflection_mm;
-    in.faces_total = p.mesh.faces_total;
-    in.faces_meshed = p.mesh.faces_meshed;
     faces_total += p.mesh.faces_total;
     faces_meshed += p.mesh.faces_meshed;
-    absl::StatusOr<std::shared_ptr<const PartEntry>> entry = t.parts().Put(in);
+    absl::StatusOr<std::shared_ptr<const PartEntry>> entry = t.parts().Put(PartInputOf(p));
     if (absl::IsResourceExhausted(entry.status())) return entry.status();
     if (!entry.ok()) {
       // A part whose triangles are all degenerate: left out, with its instances, and said so.
@@ -848,12 +840,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
     ai->set_path(inst.path);
     ai->set_name(inst.name);
     ai->set_part_id(part_ids[inst.part]);
-    geom::RigidTransform X;
-    for (int r = 0; r < 3; ++r) {
-      for (int c = 0; c < 3; ++c) X.R(r, c) = inst.placement.rotation[3 * r + c];
-      X.t[r] = inst.placement.translation_mm[r];
-    }
-    ToProto(X, ai->mutable_pose());
+    ToProto(TransformOf(inst.placement), ai->mutable_pose());
     if (inst.color_rgb) {
       ai->mutable_color()->set_r((*inst.color_rgb)[0]);
       ai->mutable_color()->set_g((*inst.color_rgb)[1]);

@@ -60,9 +60,9 @@ absl::StatusOr<std::uint64_t> Tenant::CheckStorage(std::uint64_t more) const {
 }
 
 absl::StatusOr<Tenant::ImportTicket> Tenant::StartImport() {
-  const int now = imports_.fetch_add(1) + 1;
-  ImportTicket ticket(this);
-  if (limits_.max_concurrent_imports > 0 && now > limits_.max_concurrent_imports) {
+  if (!imports_) return ImportTicket();
+  absl::StatusOr<ImportTicket> ticket = imports_->Acquire([] { return absl::OkStatus(); });
+  if (absl::IsResourceExhausted(ticket.status())) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "tenant '", name_, "' has ", limits_.max_concurrent_imports, " imports running already"));
   }

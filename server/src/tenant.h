@@ -2,7 +2,6 @@
 // <data-dir>/tenants/<name>, so one tenant's ids name nothing of another's, and its own quotas.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "clash/cad/import_cache.h"
+#include "limiter.h"
 #include "part_store.h"
 #include "scene.h"
 
@@ -50,27 +50,19 @@ class Tenant {
   /// bytes still free (UINT64_MAX without a quota).
   [[nodiscard]] absl::StatusOr<std::uint64_t> CheckStorage(std::uint64_t more) const;
 
-  /// Held while an import of this tenant runs or waits.
-  class ImportTicket {
-   public:
-    ImportTicket() = default;
-    explicit ImportTicket(Tenant* t) : t_(t) {}
-    ImportTicket(ImportTicket&& o) noexcept : t_(o.t_) { o.t_ = nullptr; }
-    ImportTicket& operator=(ImportTicket&&) = delete;
-    ~ImportTicket() {
-      if (t_ != nullptr) t_->imports_.fetch_sub(1);
-    }
-
-   private:
-    Tenant* t_ = nullptr;
-  };
+  /// Held while an import of this tenant runs (empty without a limit).
+  using ImportTicket = WorkLimiter::Permit;
   /// RESOURCE_EXHAUSTED when the tenant already has its maximum of imports.
   [[nodiscard]] absl::StatusOr<ImportTicket> StartImport();
 
  private:
   friend class TenantRegistry;
   Tenant(std::string name, std::string dir, const TenantLimits& limits)
-      : name_(std::move(name)), dir_(std::move(dir)), limits_(limits) {}
+      : name_(std::move(name)), dir_(std::move(dir)), limits_(limits) {
+    // No queue: an import beyond the limit is refused at once.
+    if (limits.max_concurrent_imports > 0)
+      imports_.emplace(name_, limits.max_concurrent_imports, 0);
+  }
 
   std::string name_;
   std::string dir_;
@@ -78,7 +70,7 @@ class Tenant {
   std::unique_ptr<PartStore> parts_;
   std::unique_ptr<SceneStore> scenes_;
   std::optional<cad::ImportCache> import_cache_;
-  std::atomic<int> imports_{0};
+  std::optional<WorkLimiter> imports_;
   std::mutex bucket_mu_;
   double tokens_ = 0;
   std::chrono::steady_clock::time_point refilled_{};

@@ -29,7 +29,8 @@ import unittest
 import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "service"))
-import process_test  # noqa: E402  (its Clashd and ctl helpers)
+import clashd_harness  # noqa: E402  (the shared clashd process)
+import process_test  # noqa: E402  (its ctl helpers)
 
 SKIP = 77
 ARGS = None
@@ -146,13 +147,11 @@ def is_orange(p):
 class ReportRenderTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="clash-report-")
-        self.server = process_test.Clashd(os.path.join(self.tmp, "data"))
-        self.server.start()
+        self.server = clashd_harness.Clashd(ARGS.bin_dir, self.tmp).start()
 
     def tearDown(self):
         if self.server.proc.poll() is None:
             self.assertEqual(self.server.stop(), 0)
-        self.server.proc.stderr.close()
         if ARGS.keep:
             print(f"kept {self.tmp}", file=sys.stderr)
         else:

@@ -217,10 +217,12 @@ INSTANTIATE_TEST_SUITE_P(AllModes, QueryOracle,
                            return std::string("Unknown");
                          });
 
-TEST(ContainsPoint, AgreesWithWindingNumber) {
-  auto rng = SeededRng(101);
-  int inside = 0;
-  const int trials = testing::Trials(1500, 600);
+// Random points about random closed blobs (a new blob every 300 trials), with their winding
+// number; points near the surface (winding neither near 0 nor 1) are not asked, their answer
+// being either. `check(part, p, i, w)` runs for the others.
+template <class Check>
+void ForPointsWithClearWinding(uint32_t seed, int trials, Check&& check) {
+  auto rng = SeededRng(seed);
   PartPtr part;
   for (int i = 0; i < trials; ++i) {
     if (i % 300 == 0) {
@@ -229,14 +231,21 @@ TEST(ContainsPoint, AgreesWithWindingNumber) {
                  .Part();
       ASSERT_TRUE(part->mesh().IsClosed());
     }
-    Vec3 p = RandomPoint(rng, 12, part->bounds().Center());
-    // Vertices themselves (points on the surface) are not asked: their answer is either.
+    const Vec3 p = RandomPoint(rng, 12, part->bounds().Center());
     const double w = BruteWindingNumber(part->mesh(), p);
     if (std::abs(w - 0.5) < 0.45) continue;
-    const bool expected = w > 0.5;
-    EXPECT_EQ(ContainsPoint(*part, p), expected) << "trial " << i << " winding " << w;
-    inside += expected;
+    check(*part, p, i, w);
   }
+}
+
+TEST(ContainsPoint, AgreesWithWindingNumber) {
+  int inside = 0;
+  const int trials = testing::Trials(1500, 600);
+  ForPointsWithClearWinding(101, trials, [&](const Part& part, const Vec3& p, int i, double w) {
+    const bool expected = w > 0.5;
+    EXPECT_EQ(ContainsPoint(part, p), expected) << "trial " << i << " winding " << w;
+    inside += expected;
+  });
   EXPECT_GT(inside, trials / 5);
   EXPECT_LT(inside, trials * 4 / 5);
   // Points exactly in line with edges and vertices of an axis-aligned box.
@@ -253,28 +262,17 @@ TEST(ContainsPoint, AgreesWithWindingNumber) {
 // The inside test from the closest face (used by the depth estimate instead of rays) against
 // the winding number; it must decide most points, and never differently.
 TEST(InsideFromClosestFace, AgreesWithWindingNumber) {
-  auto rng = SeededRng(202);
   int decided = 0, inside = 0, asked = 0;
   const int trials = testing::Trials(3000, 600);
-  PartPtr part;
-  for (int i = 0; i < trials; ++i) {
-    if (i % 300 == 0) {
-      part = MakeBlob(rng, 10, 14, 20, 0.35)
-                 .Transformed({RandomRotation(rng), RandomPoint(rng, 5)})
-                 .Part();
-      ASSERT_TRUE(part->mesh().IsClosed());
-    }
-    const Vec3 p = RandomPoint(rng, 12, part->bounds().Center());
-    const double w = BruteWindingNumber(part->mesh(), p);
-    if (std::abs(w - 0.5) < 0.45) continue;
+  ForPointsWithClearWinding(202, trials, [&](const Part& part, const Vec3& p, int i, double w) {
     ++asked;
-    const PointDistanceResult d = ClosestPoint(*part, p);
-    const std::optional<bool> side = InsideFromClosestFace(*part, p, d);
-    if (!side) continue;
+    const PointDistanceResult d = ClosestPoint(part, p);
+    const std::optional<bool> side = InsideFromClosestFace(part, p, d);
+    if (!side) return;
     ++decided;
     inside += *side;
     EXPECT_EQ(*side, w > 0.5) << "trial " << i << " winding " << w << " distance " << d.distance;
-  }
+  });
   EXPECT_GT(decided, asked / 4);  // ~40 %: far points are nearest to edges and vertices
   EXPECT_GT(inside, decided / 10);
   // On the surface, or with the closest point on an edge or a vertex: left to the rays.

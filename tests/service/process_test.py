@@ -17,54 +17,15 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clashd_harness as h  # noqa: E402
+
 ARGS = None
-
-
-class Clashd:
-    """A clashd process on a free port with its own data folder."""
-
-    def __init__(self, data_dir):
-        self.data_dir = data_dir
-        self.proc = None
-        self.port = None
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            [os.path.join(ARGS.bin_dir, "server", "clashd"), "--listen", "127.0.0.1:0",
-             "--metrics-listen", "", "--data-dir", self.data_dir],
-            stderr=subprocess.PIPE, text=True)
-        self.drain = None
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            m = re.search(r"\(port (\d+)\)", line)
-            if m:
-                self.port = int(m.group(1))
-                # Keep draining stderr so the server never blocks on a full pipe.
-                self.drain = subprocess.Popen(["cat"], stdin=self.proc.stderr,
-                                              stdout=subprocess.DEVNULL)
-                return
-        raise RuntimeError("clashd did not start")
-
-    def kill9(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self.drain.wait(timeout=30)
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.assert_code = self.proc.wait(timeout=60)
-        self.drain.wait(timeout=30)
-        return self.assert_code
 
 
 def ctl(server, *args, check=True):
@@ -95,8 +56,7 @@ def pairs(check, cls):
 class ProcessTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="clash-process-")
-        self.server = Clashd(os.path.join(self.tmp, "data"))
-        self.server.start()
+        self.server = h.Clashd(ARGS.bin_dir, self.tmp).start()
 
     def tearDown(self):
         if self.server.proc.poll() is None:

@@ -17,11 +17,9 @@ stranger's CA) and a token file, and checks from Python (python3-grpcio) and thr
 
 Usage: security_test.py --bin-dir DIR --proto-dir DIR
 """
-import argparse
 import hashlib
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -30,19 +28,12 @@ import threading
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clashd_harness as h  # noqa: E402
+
 ARGS = None
 TOKEN_A = "token-of-tenant-a-" + "x" * 20
 TOKEN_B = "token-of-tenant-b-" + "y" * 20
-
-
-def box_mesh(size, at=(0, 0, 0)):
-    sx, sy, sz = size
-    v = [(x + at[0], y + at[1], z + at[2]) for z in (0, sz) for y in (0, sy) for x in (0, sx)]
-    quads = [(0, 2, 3, 1), (4, 5, 7, 6), (0, 1, 5, 4), (2, 6, 7, 3), (0, 4, 6, 2), (1, 3, 7, 5)]
-    tris = []
-    for a, b, c, d in quads:
-        tris += [a, b, c, a, c, d]
-    return [c for p in v for c in p], tris
 
 
 def sphere_mesh(r, n):
@@ -100,65 +91,16 @@ def make_pki(d):
     leaf("client-stranger", "tenant-b", "stranger-ca", False)
 
 
-health_pb2 = None
-
-
-class HealthStub:
-    def __init__(self, channel):
-        self.Check = channel.unary_unary(
-            "/grpc.health.v1.Health/Check",
-            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
-            response_deserializer=health_pb2.HealthCheckResponse.FromString)
-
-
-class Clashd:
-    def __init__(self, tmp, *flags):
-        self.data = tempfile.mkdtemp(prefix="data-", dir=tmp)
-        self.proc = subprocess.Popen(
-            [os.path.join(ARGS.bin_dir, "server", "clashd"), "--listen", "127.0.0.1:0",
-             "--metrics-listen", "", "--data-dir", self.data, *flags],
-            stderr=subprocess.PIPE, text=True)
-        self.port = None
-        deadline = time.time() + 60
-        while time.time() < deadline and self.port is None:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            m = re.search(r"\(port (\d+)\)", line)
-            if m:
-                self.port = int(m.group(1))
-        if self.port is None:
-            self.proc.kill()
-            raise RuntimeError("clashd did not report its port")
-        # Keep reading stderr so the server never blocks on a full pipe.
-        self.log = []
-        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+def start_clashd(tmp, *flags):
+    """A clashd of the shared harness, in its own folder under `tmp`."""
+    return h.Clashd(ARGS.bin_dir, tempfile.mkdtemp(prefix="clashd-", dir=tmp), flags).start()
 
 
 class SecurityTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="clash-sec-")
-        gen = os.path.join(cls.tmp, "gen")
-        os.makedirs(gen)
-        protos = [os.path.join(ARGS.proto_dir, "clash", "v1", f + ".proto")
-                  for f in ("common", "parts", "scenes", "queries", "sequences")]
-        protos.append(os.path.join(ARGS.proto_dir, "grpc", "health", "v1", "health.proto"))
-        subprocess.run(["protoc", "-I", ARGS.proto_dir, "--python_out", gen] + protos, check=True)
-        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", ARGS.proto_dir,
-                        "--grpc_python_out", gen] + protos, check=True)
-        sys.path.insert(0, gen)
-        # grpc.health.v1 would shadow the grpc package: load the messages from their file.
-        import importlib.util
-        spec = importlib.util.spec_from_file_location(
-            "health_pb2", os.path.join(gen, "grpc", "health", "v1", "health_pb2.py"))
-        global health_pb2
-        health_pb2 = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(health_pb2)
+        cls.pb = h.load_stubs(ARGS.proto_dir)
         cls.pki = os.path.join(cls.tmp, "pki")
         os.makedirs(cls.pki)
         make_pki(cls.pki)
@@ -167,7 +109,7 @@ class SecurityTest(unittest.TestCase):
             f.write("# sha256 of the token, tenant\n")
             for token, tenant in ((TOKEN_A, "tenant-a"), (TOKEN_B, "tenant-b")):
                 f.write(f"{hashlib.sha256(token.encode()).hexdigest()} {tenant}\n")
-        cls.server = Clashd(cls.tmp, *cls.tls_flags(), "--tokens", cls.tokens)
+        cls.server = start_clashd(cls.tmp, *cls.tls_flags(), "--tokens", cls.tokens)
 
     @classmethod
     def tearDownClass(cls):
@@ -198,13 +140,12 @@ class SecurityTest(unittest.TestCase):
         return grpc.secure_channel(target, creds)
 
     def stubs(self, channel):
-        from clash.v1 import (parts_pb2_grpc, queries_pb2_grpc, scenes_pb2_grpc,
-                              sequences_pb2_grpc)
-        return {"parts": parts_pb2_grpc.PartServiceStub(channel),
-                "scenes": scenes_pb2_grpc.SceneServiceStub(channel),
-                "queries": queries_pb2_grpc.QueryServiceStub(channel),
-                "sequences": sequences_pb2_grpc.SequenceServiceStub(channel),
-                "health": HealthStub(channel)}
+        pb = self.pb
+        return {"parts": pb.parts_pb2_grpc.PartServiceStub(channel),
+                "scenes": pb.scenes_pb2_grpc.SceneServiceStub(channel),
+                "queries": pb.queries_pb2_grpc.QueryServiceStub(channel),
+                "sequences": pb.sequences_pb2_grpc.SequenceServiceStub(channel),
+                "health": pb.health_pb2_grpc.HealthStub(channel)}
 
     @staticmethod
     def md(token):
@@ -258,34 +199,34 @@ class SecurityTest(unittest.TestCase):
         # The tokens never reach the log.
         self.server.proc.poll()
         self.assertIsNone(self.server.proc.returncode)
-        self.assertFalse(any(TOKEN_A in line for line in self.server.log))
+        self.assertNotIn(TOKEN_A, self.server.log())
         ch.close()
 
     def test_health_is_open_by_default_and_closed_on_request(self):
         import grpc
         ch = self.channel()
         health = self.stubs(ch)["health"]
-        r = health.Check(health_pb2.HealthCheckRequest(), timeout=10)
-        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
-        r = health.Check(health_pb2.HealthCheckRequest(service="clash.v1.QueryService"),
+        r = health.Check(self.pb.health_pb2.HealthCheckRequest(), timeout=10)
+        self.assertEqual(r.status, self.pb.health_pb2.HealthCheckResponse.SERVING)
+        r = health.Check(self.pb.health_pb2.HealthCheckRequest(service="clash.v1.QueryService"),
                          timeout=10)
-        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+        self.assertEqual(r.status, self.pb.health_pb2.HealthCheckResponse.SERVING)
         with self.assertRaises(grpc.RpcError) as e:
-            health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
+            health.Check(self.pb.health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
         self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
         ch.close()
 
-        closed = Clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
+        closed = start_clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
                         "--health-requires-token")
         try:
             ch = self.channel(closed)
             health = self.stubs(ch)["health"]
             with self.assertRaises(grpc.RpcError) as e:
-                health.Check(health_pb2.HealthCheckRequest(), timeout=10)
+                health.Check(self.pb.health_pb2.HealthCheckRequest(), timeout=10)
             self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
-            r = health.Check(health_pb2.HealthCheckRequest(), metadata=self.md(TOKEN_B),
+            r = health.Check(self.pb.health_pb2.HealthCheckRequest(), metadata=self.md(TOKEN_B),
                              timeout=10)
-            self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+            self.assertEqual(r.status, self.pb.health_pb2.HealthCheckResponse.SERVING)
             ch.close()
         finally:
             closed.stop()
@@ -297,7 +238,7 @@ class SecurityTest(unittest.TestCase):
         ch = self.channel()
         s = self.stubs(ch)
         a, b = self.md(TOKEN_A), self.md(TOKEN_B)
-        v, t = box_mesh((10, 10, 10))
+        v, t = h.box_mesh((10, 10, 10))
         part = s["parts"].UploadMesh(parts_pb2.UploadMeshRequest(name="a-box", vertices_mm=v,
                                                                  triangles=t), metadata=a,
                                      timeout=30)
@@ -373,7 +314,7 @@ class SecurityTest(unittest.TestCase):
         self.assertEqual(s["parts"].GetPart(parts_pb2.GetPartRequest(part_id=part.part_id),
                                             metadata=a, timeout=30).name, "a-box")
         # On disk, each tenant has its own folder.
-        tenants = os.path.join(self.server.data, "tenants")
+        tenants = os.path.join(self.server.data_dir, "tenants")
         self.assertTrue(os.path.isdir(os.path.join(tenants, "tenant-a")))
         self.assertTrue(os.path.isdir(os.path.join(tenants, "tenant-b")))
         ch.close()
@@ -413,7 +354,7 @@ class SecurityTest(unittest.TestCase):
     def test_mutual_tls_names_the_tenant(self):
         import grpc
         from clash.v1 import scenes_pb2
-        mtls = Clashd(self.tmp, *self.tls_flags(), "--tls-client-ca",
+        mtls = start_clashd(self.tmp, *self.tls_flags(), "--tls-client-ca",
                       os.path.join(self.pki, "ca.pem"))
         try:
             for cert in (None, "client-stranger"):
@@ -428,7 +369,7 @@ class SecurityTest(unittest.TestCase):
             scene = self.stubs(ch)["scenes"].CreateScene(
                 scenes_pb2.CreateSceneRequest(name="by-cert"), timeout=30)
             self.assertTrue(scene.scene_id.startswith("s"))
-            self.assertTrue(os.path.isdir(os.path.join(mtls.data, "tenants", "tenant-b")))
+            self.assertTrue(os.path.isdir(os.path.join(mtls.data_dir, "tenants", "tenant-b")))
             ch.close()
         finally:
             mtls.stop()
@@ -436,7 +377,7 @@ class SecurityTest(unittest.TestCase):
     def test_rate_storage_and_import_quotas(self):
         import grpc
         from clash.v1 import parts_pb2, scenes_pb2
-        q = Clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
+        q = start_clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
                    "--tenant-requests-per-second", "2", "--tenant-burst", "5",
                    "--tenant-max-storage-bytes", "200000",
                    "--tenant-max-concurrent-imports", "1")
@@ -531,11 +472,7 @@ class SecurityTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin-dir", required=True)
-    parser.add_argument("--proto-dir", required=True)
-    ARGS, rest = parser.parse_known_args()
     if shutil.which("openssl") is None:
         print("openssl not installed: skipping")
         sys.exit(77)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    h.main(globals())

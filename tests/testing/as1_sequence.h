@@ -151,15 +151,7 @@ inline absl::StatusOr<std::unique_ptr<As1>> LoadAs1(const std::string& file) {
   CLASH_ASSIGN_OR_RETURN(as1->parts, server::PartStore::Open(as1->dir, 20'000'000));
   std::vector<std::shared_ptr<const server::PartEntry>> entries;
   for (const cad::AssemblyPart& p : imported.parts) {
-    server::PartInput in;
-    in.name = p.name;
-    in.xyz_mm = p.mesh.xyz;
-    in.triangles = p.mesh.triangles;
-    in.face_ids = p.mesh.face_ids;
-    in.deflection_mm = p.mesh.deflection_mm;
-    in.faces_total = p.mesh.faces_total;
-    in.faces_meshed = p.mesh.faces_meshed;
-    CLASH_ASSIGN_OR_RETURN(auto entry, as1->parts->Put(in));
+    CLASH_ASSIGN_OR_RETURN(auto entry, as1->parts->Put(server::PartInputOf(p)));
     entries.push_back(std::move(entry));
   }
   as1->scene = std::make_unique<server::Scene>("as1");
@@ -169,13 +161,8 @@ inline absl::StatusOr<std::unique_ptr<As1>> LoadAs1(const std::string& file) {
     rec.part = entries.at(static_cast<std::size_t>(inst.part));
     rec.path = inst.path;
     rec.name = inst.name;
-    geom::RigidTransform X;
-    for (int r = 0; r < 3; ++r) {
-      for (int c = 0; c < 3; ++c) X.R(r, c) = inst.placement.rotation[3 * r + c];
-      X.t[r] = inst.placement.translation_mm[r];
-    }
     v1::Pose wire;
-    server::ToProto(X, &wire);
+    server::ToProto(server::TransformOf(inst.placement), &wire);
     CLASH_ASSIGN_OR_RETURN(rec.X_WP, server::PoseFromProto(wire, inst.path));
     as1->scene->Add(std::move(rec));
   }

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "Eigen/Geometry"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,27 +22,22 @@ namespace {
 
 constexpr Matrix4 kIdentity{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
 
+// Matrix4 is row-major (what the viewer hands to three.js's Matrix4.set).
+using RowMajor4 = Eigen::Matrix<double, 4, 4, Eigen::RowMajor>;
+
 Matrix4 Multiply(const Matrix4& a, const Matrix4& b) {
-  Matrix4 c{};
-  for (int i = 0; i < 4; ++i) {
-    for (int j = 0; j < 4; ++j) {
-      double s = 0;
-      for (int k = 0; k < 4; ++k) s += a[4 * i + k] * b[4 * k + j];
-      c[4 * i + j] = s;
-    }
-  }
+  Matrix4 c;
+  Eigen::Map<RowMajor4>(c.data()) =
+      Eigen::Map<const RowMajor4>(a.data()) * Eigen::Map<const RowMajor4>(b.data());
   return c;
 }
 
 // Inverse of a rigid transform: [R^T, -R^T t].
 Matrix4 RigidInverse(const Matrix4& m) {
-  Matrix4 r = kIdentity;
-  for (int i = 0; i < 3; ++i) {
-    for (int j = 0; j < 3; ++j) r[4 * i + j] = m[4 * j + i];
-  }
-  for (int i = 0; i < 3; ++i) {
-    r[4 * i + 3] = -(r[4 * i] * m[3] + r[4 * i + 1] * m[7] + r[4 * i + 2] * m[11]);
-  }
+  Eigen::Isometry3d X;
+  X.matrix() = Eigen::Map<const RowMajor4>(m.data());
+  Matrix4 r;
+  Eigen::Map<RowMajor4>(r.data()) = X.inverse(Eigen::Isometry).matrix();
   return r;
 }
 
@@ -326,26 +322,9 @@ Matrix4 PoseMatrix(const v1::Pose& pose) {
     }
   } else if (pose.has_quaternion()) {
     const v1::Quaternion& q = pose.quaternion();
-    double w = q.w(), x = q.x(), y = q.y(), z = q.z();
-    const double n = std::sqrt(w * w + x * x + y * y + z * z);
-    if (n > 0) {
-      w /= n, x /= n, y /= n, z /= n;
-      m = {1 - 2 * (y * y + z * z),
-           2 * (x * y - w * z),
-           2 * (x * z + w * y),
-           0,
-           2 * (x * y + w * z),
-           1 - 2 * (x * x + z * z),
-           2 * (y * z - w * x),
-           0,
-           2 * (x * z - w * y),
-           2 * (y * z + w * x),
-           1 - 2 * (x * x + y * y),
-           0,
-           0,
-           0,
-           0,
-           1};
+    const Eigen::Quaterniond quat(q.w(), q.x(), q.y(), q.z());
+    if (quat.norm() > 0) {
+      Eigen::Map<RowMajor4>(m.data()).topLeftCorner<3, 3>() = quat.normalized().toRotationMatrix();
     }
   }
   m[3] = pose.translation_mm().x();
