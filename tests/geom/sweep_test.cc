@@ -306,8 +306,8 @@ TEST(Sweep, OptionsProfileStopAndCap) {
     EXPECT_GT(full.profile[i].first, full.profile[i - 1].first);
     EXPECT_EQ(full.profile[i].second, 0.0);  // face contact all along
   }
-  // Near mode: at least 10 / (τ/2) poses.
-  EXPECT_GE(full.iterations, 10 / 0.05);
+  // Near mode: steps of at most τ - depth of travel, so at least 10 / τ poses.
+  EXPECT_GE(full.iterations, 10 / 0.1);
 
   opt.max_iterations = 10;
   const SweepResult capped = Sweep(*box, slide, o, opt);

@@ -145,7 +145,7 @@ class Sweeper {
         depth = c.depth_mm;
       }
       if (budget != nullptr) {
-        *budget = std::min(*budget, std::max(tau_step_ / 4, tau_step_ / 2 - depth));
+        *budget = std::min(*budget, std::max(tau_step_ / 4, tau_step_ - depth));
       }
     }
     return blockers;

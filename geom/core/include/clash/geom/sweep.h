@@ -18,7 +18,7 @@
 //     tested with FindContainment (a part inside an obstacle is far from its surface).
 //  3. The next pose is the largest t' with MaxTravel(t, t') <= budget, where
 //       budget = d - τ/2                       when no obstacle is near (far mode);
-//       budget = min over near obstacles of max(τ/4, τ/2 - depth)   (near mode),
+//       budget = min over near obstacles of max(τ/4, τ - depth)   (near mode),
 //     depth being ClassifyPair's penetration estimate (0 when the surfaces do not cross). With a
 //     clearance C > 0 the far budget is also at most max(d - C, resolution), so that the
 //     path's approach below C is sampled finely enough to report its minimum.
@@ -35,10 +35,12 @@
 //    sample points). A point of the part moves by at most δ(s), and a point of an obstacle
 //    moves by at most δ(s) relative to the part's frame (it lies in the part's bounding
 //    sphere), so D(s) <= D(t) + δ(s) and, for surfaces d apart at t, D(s) <= δ(s) - d.
-//    With the near budget, D(s) <= max(τ/2, D(t) + τ/4) over the step: a pose between checked
-//    poses that are no deeper than τ is never deeper than 1.25 τ, and deeper than τ only right
-//    after a checked pose deeper than 3τ/4 (which is still CONTACT by definition). This
-//    slack is the price of termination: a step must not shrink to zero as D(t) nears τ.
+//    With the near budget, D(s) <= max(τ, D(t) + τ/4) over the step: a pose between checked
+//    poses that are no deeper than τ is never deeper than 1.25 τ, and deeper than τ (HARD)
+//    only right after a checked pose deeper than 3τ/4 (which is still CONTACT by definition).
+//    This slack is the price of termination: a step must not shrink to zero as D(t) nears τ.
+//    (Until 2026-11-24 the budget was τ/2 - depth, which kept shallow contacts below τ/2
+//    between checks: twice the checks for a margin the definition of HARD does not ask for.)
 //    The guarantee is as good as ClassifyPair's depth at the checked poses, which is a lower
 //    bound from sample points (interference.h).
 //  - Termination: every budget is at least τ/4, so the number of poses is at most about
