@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "interference_internal.h"
 #include "testing/brute_force.h"
 #include "testing/random_geometry.h"
 
@@ -26,6 +27,7 @@ using testing::RandomPose;
 using testing::RandomRotation;
 using testing::RawMesh;
 using testing::SeededRng;
+using testing::Trials;
 using testing::Uniform;
 
 using PartPtr = std::shared_ptr<const Part>;
@@ -341,6 +343,73 @@ TEST(ClassifyPair, CapsAndLimits) {
   EXPECT_TRUE(r.uncertain);
   EXPECT_EQ(r.depth_mm, 0.0);
   EXPECT_STREQ(ClashClassName(ClashClass::kClearance), "clearance");
+}
+
+}  // namespace
+}  // namespace clash::geom
+
+namespace clash::geom {
+namespace {
+
+// The depth search's pruning (candidates' own bounds, the anchor's bound, the empty ball about
+// an outside anchor) against a search of every candidate without bounds, with the same inside
+// decision: the same deepest point, bit for bit. Candidates come in runs of near neighbours
+// about random centres near a random closed blob, as ClassifyPair makes them, half of them with
+// an upper bound of their distance (some exactly tight, to meet the rounding).
+TEST(DeepestInside, EqualsAnUnprunedSearchOfEveryCandidate) {
+  using internal::DeepestPoint;
+  using internal::DepthCandidate;
+  auto rng = SeededRng(4242);
+  const int trials = Trials(120, 24);
+  long inside = 0, asked = 0;
+  for (int i = 0; i < trials; ++i) {
+    const PartPtr q = MakeBlob(rng, 10, 10, 14, 0.35).Part();
+    ASSERT_TRUE(q->mesh().IsClosed());
+    const RigidTransform X_WQ = RandomPose(rng, 20), X_WP = RandomPose(rng, 20);
+    const RigidTransform X_QP = X_WQ.Inverse() * X_WP, X_PQ = X_QP.Inverse();
+    std::vector<DepthCandidate> candidates;
+    for (int run = 0; run < 12; ++run) {
+      const Vec3 centre_Q = RandomPoint(rng, 11, q->bounds().Center());
+      const double spread = Uniform(rng, 0.02, 3.0);
+      for (int k = 0; k < 12; ++k) {
+        const Vec3 p_Q = RandomPoint(rng, spread, centre_Q);
+        double bound = kInf;
+        if (rng() % 2 == 0) {
+          const double d = ClosestPoint(*q, p_Q).distance;
+          bound = rng() % 3 == 0 ? d : d * Uniform(rng, 1.0, 2.0) + Uniform(rng, 0.0, 0.5);
+        }
+        candidates.push_back({X_PQ * p_Q, static_cast<uint32_t>(candidates.size()), bound});
+      }
+    }
+    DeepestPoint expected;
+    for (const DepthCandidate& c : candidates) {
+      const Vec3 p_Q = X_QP * c.p_P;
+      if (!q->bounds().Contains(p_Q)) continue;
+      ++asked;
+      const PointDistanceResult d = ClosestPoint(*q, p_Q);
+      const std::optional<bool> side = InsideFromClosestFace(*q, p_Q, d);
+      if (!(side ? *side : ContainsPoint(*q, p_Q))) continue;
+      ++inside;
+      const Vec3 p_W = X_WP * c.p_P;
+      const bool lex_less = std::lexicographical_compare(
+          p_W.data(), p_W.data() + 3, expected.p_WP.data(), expected.p_WP.data() + 3);
+      if (d.distance > expected.depth ||
+          (expected.found && d.distance == expected.depth && lex_less)) {
+        expected = {d.distance, true, p_W, X_WQ * d.p_PC, c.tri, d.triangle};
+      }
+    }
+    const DeepestPoint got = internal::DeepestInside(candidates, X_WP, *q, X_WQ);
+    ASSERT_EQ(got.found, expected.found) << "trial " << i;
+    EXPECT_EQ(got.depth, expected.depth) << "trial " << i;
+    EXPECT_EQ(got.p_WP, expected.p_WP) << "trial " << i;
+    EXPECT_EQ(got.p_WQ, expected.p_WQ) << "trial " << i;
+    EXPECT_EQ(got.tri_p, expected.tri_p) << "trial " << i;
+    EXPECT_EQ(got.tri_q, expected.tri_q) << "trial " << i;
+  }
+  // Neither side dominates, so both the skips of outside points and of shallow inside points
+  // are exercised.
+  EXPECT_GT(inside, asked / 5);
+  EXPECT_LT(inside, asked * 4 / 5);
 }
 
 }  // namespace

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "clash/geom/obb.h"
 #include "clash/geom/query.h"
+#include "interference_internal.h"
 
 namespace clash::geom {
 namespace {
@@ -24,20 +27,8 @@ constexpr int kMaxHalvings = 20;
 // Segments shorter than this fraction of their triangle's longest edge count as points.
 constexpr double kPointSegmentRelative = 1e-9;
 
-// A point on a part's surface (part frame) with a triangle holding it.
-struct Candidate {
-  Vec3 p_P;
-  uint32_t tri;
-};
-
-// The deepest candidate of part P inside part Q.
-struct Deepest {
-  double depth = 0.0;
-  bool found = false;
-  Vec3 p_WP = Vec3::Zero();  // the candidate (on P)
-  Vec3 p_WQ = Vec3::Zero();  // its closest point on Q
-  uint32_t tri_p = 0, tri_q = 0;
-};
+using internal::DeepestPoint;
+using Candidate = internal::DepthCandidate;
 
 // An intersection segment on triangle `tri` of P (P frame), crossing triangle `other`.
 struct Crossing {
@@ -81,14 +72,29 @@ void VerticesInBox(const Part& part, const Aabb& box, std::vector<Candidate>* ou
   }
 }
 
-// Lattice points of triangle `tri` of P, vertices excluded.
-void LatticePoints(const Part& part, uint32_t tri, std::vector<Candidate>* out) {
+// Distance from p to the segment [a, b].
+double DistanceToSegment(const Vec3& p, const Vec3& a, const Vec3& b) {
+  const Vec3 ab = b - a;
+  const double len2 = ab.squaredNorm();
+  const double s = len2 > 0.0 ? std::clamp((p - a).dot(ab) / len2, 0.0, 1.0) : 0.0;
+  return (p - (a + s * ab)).norm();
+}
+
+// Lattice points of the triangle of `crossings` (all on one triangle of P), vertices excluded.
+// Each intersection segment lies on the other part's surface, so a point's distance to the
+// nearest segment bounds its distance to that surface.
+void LatticePoints(const Part& part, std::span<const Crossing> crossings,
+                   std::vector<Candidate>* out) {
+  const uint32_t tri = crossings.front().tri;
   const Triangle t = part.mesh().triangle(tri);
   for (int i = 0; i <= kLattice; ++i) {
     for (int j = 0; i + j <= kLattice; ++j) {
       const int k = kLattice - i - j;
       if (i == kLattice || j == kLattice || k == kLattice) continue;
-      out->push_back({(i * t.a + j * t.b + k * t.c) / static_cast<double>(kLattice), tri});
+      const Vec3 p = (i * t.a + j * t.b + k * t.c) / static_cast<double>(kLattice);
+      double bound = std::numeric_limits<double>::infinity();
+      for (const Crossing& x : crossings) bound = std::min(bound, DistanceToSegment(p, x.p0, x.p1));
+      out->push_back({p, tri, bound});
     }
   }
 }
@@ -117,7 +123,9 @@ void PointsBesideCrossing(const Part& part, const Crossing& x, double min_offset
   for (int d = 0; d < n_dirs; ++d) {
     double s = 0.5 * longest;
     for (int k = 0; k < kMaxHalvings && (k == 0 || s >= min_offset); ++k, s *= 0.5) {
-      out->push_back({ClosestPointOnTriangle(mid + s * dirs[d], t), x.tri});
+      // mid lies on the other surface: the candidate is at most its distance from it.
+      const Vec3 p = ClosestPointOnTriangle(mid + s * dirs[d], t);
+      out->push_back({p, x.tri, (p - mid).norm()});
     }
   }
 }
@@ -134,11 +142,11 @@ std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const Rigid
       std::max(box_q.min.cwiseAbs().maxCoeff(), box_q.max.cwiseAbs().maxCoeff());
   box_q = box_q.Inflated(1e-9 * (box_q.Diagonal() + magnitude) + 1e-12);
   VerticesInBox(p, box_q, &all);
-  std::vector<uint32_t> tris;
-  for (const Crossing& x : crossings) tris.push_back(x.tri);
-  std::sort(tris.begin(), tris.end());
-  tris.erase(std::unique(tris.begin(), tris.end()), tris.end());
-  for (uint32_t tri : tris) LatticePoints(p, tri, &all);
+  // Crossings come sorted by triangle: one lattice per run of equal triangles.
+  for (std::size_t i = 0, j = 0; i < crossings.size(); i = j) {
+    while (j < crossings.size() && crossings[j].tri == crossings[i].tri) ++j;
+    LatticePoints(p, std::span(crossings).subspan(i, j - i), &all);
+  }
   for (const Crossing& x : crossings) PointsBesideCrossing(p, x, 0.5 * contact, &all);
   if (all.size() <= cap) return all;
   std::vector<Candidate> kept(cap);
@@ -151,25 +159,65 @@ bool LexLess(const Vec3& x, const Vec3& y) {
   return std::lexicographical_compare(x.data(), x.data() + 3, y.data(), y.data() + 3);
 }
 
-// The deepest candidate of P inside Q; equal depths go to the lexicographically smallest point
-// (world), so the answer does not depend on the order of the candidates. A candidate's closest
-// point on Q is found first: it is tested for containment only when it would be chosen.
-Deepest DeepestInside(const std::vector<Candidate>& candidates, const RigidTransform& X_WP,
-                      const Part& q, const RigidTransform& X_WQ) {
-  Deepest best;
+bool NearContact(double value, double contact) {
+  return std::abs(value - contact) <= kUncertainFraction * contact;
+}
+
+}  // namespace
+
+// Equal depths go to the lexicographically smallest point (world), so the answer does not
+// depend on the order of the candidates. A candidate's closest point on Q is found first: it
+// is tested for containment only when it would be chosen.
+//
+// Pruning. Each candidate's distance to Q's surface has an upper bound: its own (a point beside
+// a crossing is at most its distance from the intersection segment away), or, by the triangle
+// inequality, the last searched candidate's (the anchor's) distance plus their separation
+// (candidates come in runs of near neighbours). A candidate whose bound is below the best depth
+// cannot be deeper and is skipped without a search; otherwise the bound limits the search. The
+// open ball about the anchor holds no surface, so a candidate in the ball of an anchor outside
+// Q is outside too, and skipped.
+DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
+                                     const RigidTransform& X_WP, const Part& q,
+                                     const RigidTransform& X_WQ) {
+  // Bounds are sums of rounded distances: grown by far more than their rounding, so that no
+  // candidate is skipped, nor searched too narrowly, because of it.
+  constexpr double kBoundSlack = 1e-9;
+  DeepestPoint best;
   const RigidTransform X_QP = X_WQ.Inverse() * X_WP;
+  bool have_anchor = false;
+  bool anchor_outside = false;
+  Vec3 anchor = Vec3::Zero();  // Q frame
+  double anchor_distance = 0.0;
   for (const Candidate& c : candidates) {
     const Vec3 p_QC = X_QP * c.p_P;
     if (!q.bounds().Contains(p_QC)) continue;
+    double upper = c.bound;
+    if (have_anchor) {
+      const double separation = (p_QC - anchor).norm();
+      // The open ball about an outside anchor holds no surface: a candidate in it is outside.
+      if (anchor_outside && separation * (1.0 + kBoundSlack) + kBoundSlack < anchor_distance) {
+        continue;
+      }
+      upper = std::min(upper, anchor_distance + separation);
+    }
+    upper = upper * (1.0 + kBoundSlack) + kBoundSlack;
+    if (upper < best.depth) continue;
     // Only a candidate deeper than the best so far matters: search within that depth first
-    // (cheap, the bound prunes), and for the full distance only when nothing is that close.
-    PointDistanceResult d = ClosestPoint(q, p_QC, best.depth);
+    // (cheap, the bound prunes) unless the candidate's bound is nearly as tight, then within
+    // its bound, and without one only when rounding left nothing within it.
+    PointDistanceResult d;
+    if (best.depth > 0.0 && upper > 2.0 * best.depth) d = ClosestPoint(q, p_QC, best.depth);
+    if (!std::isfinite(d.distance)) d = ClosestPoint(q, p_QC, upper);
     if (!std::isfinite(d.distance)) d = ClosestPoint(q, p_QC);
+    const std::optional<bool> inside = InsideFromClosestFace(q, p_QC, d);
+    have_anchor = true;
+    anchor_outside = inside.has_value() && !*inside;
+    anchor = p_QC;
+    anchor_distance = d.distance;
     const Vec3 p_WC = X_WP * c.p_P;
     const bool deeper = d.distance > best.depth ||
                         (best.found && d.distance == best.depth && LexLess(p_WC, best.p_WP));
     if (!deeper) continue;
-    const std::optional<bool> inside = InsideFromClosestFace(q, p_QC, d);
     if (!(inside ? *inside : ContainsPoint(q, p_QC))) continue;
     best.depth = d.distance;
     best.found = true;
@@ -180,12 +228,6 @@ Deepest DeepestInside(const std::vector<Candidate>& candidates, const RigidTrans
   }
   return best;
 }
-
-bool NearContact(double value, double contact) {
-  return std::abs(value - contact) <= kUncertainFraction * contact;
-}
-
-}  // namespace
 
 const char* ClashClassName(ClashClass cls) {
   switch (cls) {
@@ -228,18 +270,18 @@ PairClassification ClassifyPair(const Part& a, const RigidTransform& X_WA, const
     };
     std::sort(on_b.begin(), on_b.end(), by_triangles);
     const bool a_closed = a.mesh().IsClosed(), b_closed = b.mesh().IsClosed();
-    Deepest in_b, in_a;  // candidates of a inside b, of b inside a
+    DeepestPoint in_b, in_a;  // candidates of a inside b, of b inside a
     if (b_closed) {
-      in_b = DeepestInside(DepthCandidates(a, b, X_AW * X_WB, on_a, contact, tol.max_depth_samples),
-                           X_WA, b, X_WB);
+      in_b = internal::DeepestInside(
+          DepthCandidates(a, b, X_AW * X_WB, on_a, contact, tol.max_depth_samples), X_WA, b, X_WB);
     }
     if (a_closed) {
-      in_a = DeepestInside(DepthCandidates(b, a, X_BW * X_WA, on_b, contact, tol.max_depth_samples),
-                           X_WB, a, X_WA);
+      in_a = internal::DeepestInside(
+          DepthCandidates(b, a, X_BW * X_WA, on_b, contact, tol.max_depth_samples), X_WB, a, X_WA);
     }
     // The deeper side gives the witnesses; equal depths are decided by the deepest point's
     // position, which does not depend on the order of the arguments.
-    auto deeper = [](const Deepest& u, const Deepest& v) {
+    auto deeper = [](const DeepestPoint& u, const DeepestPoint& v) {
       return u.found &&
              (!v.found || u.depth > v.depth || (u.depth == v.depth && LexLess(u.p_WP, v.p_WP)));
     };

@@ -38,9 +38,14 @@
 // possibly below it. Lattice and segment samples come from the collected pairs only: when the
 // collection is truncated, crossings beyond max_witness_pairs contribute through vertices alone.
 //
-// Cost: steps 2 and 3 are the queries of query.h. Step 1 adds, for crossing pairs only, one
-// ClosestPoint per candidate inside the other part's box and one ContainsPoint per candidate
-// that would deepen the estimate.
+// Cost: steps 2 and 3 are the queries of query.h. Step 1 adds, for crossing pairs only, at
+// most one ClosestPoint per candidate inside the other part's box and one ContainsPoint per
+// candidate that would deepen the estimate when its closest face cannot tell. Candidates that
+// cannot be deeper than the best so far are skipped without a search: those whose distance
+// bound (a point beside a crossing is at most its distance from the intersection segment
+// away; a point near an already searched one at most that one's distance plus their
+// separation) is below the best depth, and those in the empty ball about a searched point
+// outside the other part. The result is the one a search of every candidate gives (tested).
 #pragma once
 
 #include <cstddef>

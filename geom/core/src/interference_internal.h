@@ -1,0 +1,40 @@
+// Internals of ClassifyPair (interference.h), exposed for their tests.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include "clash/geom/part.h"
+#include "clash/geom/transform.h"
+
+namespace clash::geom::internal {
+
+/// A point on the surface of part P (P frame) with a triangle holding it, and an upper bound of
+/// its distance to the other part's surface (+inf when none is known).
+struct DepthCandidate {
+  Vec3 p_P;                                                ///< The point (P frame).
+  uint32_t tri;                                            ///< A triangle of P holding it.
+  double bound = std::numeric_limits<double>::infinity();  ///< >= its distance to Q's surface.
+};
+
+/// The deepest candidate of part P inside part Q.
+struct DeepestPoint {
+  double depth = 0.0;             ///< Its distance to Q's surface (0 when none is inside).
+  bool found = false;             ///< Some candidate lies inside Q.
+  Vec3 p_WP = Vec3::Zero();       ///< The candidate (world).
+  Vec3 p_WQ = Vec3::Zero();       ///< Its closest point on Q's surface (world).
+  uint32_t tri_p = 0, tri_q = 0;  ///< Their triangles.
+};
+
+/// The deepest of `candidates` (P posed at X_WP) inside the closed part q (at X_WQ): the
+/// largest distance to q's surface among the candidates inside q (ClosestPoint,
+/// InsideFromClosestFace, else ContainsPoint). Equal depths go to the lexicographically
+/// smallest point (world). Candidates' bounds, and those their searched neighbours give, only
+/// prune candidates that cannot be the answer: the result is the one an unbounded search of
+/// every candidate gives.
+[[nodiscard]] DeepestPoint DeepestInside(std::span<const DepthCandidate> candidates,
+                                         const RigidTransform& X_WP, const Part& q,
+                                         const RigidTransform& X_WQ);
+
+}  // namespace clash::geom::internal
