@@ -195,8 +195,19 @@ class Kill9Test(unittest.TestCase):
                 self.note_error(ledger, stop, "scene edit", e)
                 return
 
+    def killed_transport(self, e):
+        """Whether e is how a call in flight sees its server die: UNAVAILABLE, or, depending
+        on when the connection drops, UNKNOWN "Stream removed", INTERNAL (RST_STREAM) or
+        CANCELLED (gRPC Python reports a dead peer so; grpc/grpc issues 14006, 34076)."""
+        code = e.code()
+        codes = self.pb.grpc.StatusCode
+        details = e.details() or ""
+        return (code in (codes.UNAVAILABLE, codes.CANCELLED) or
+                (code == codes.UNKNOWN and "Stream removed" in details) or
+                (code == codes.INTERNAL and "RST_STREAM" in details))
+
     def note_error(self, ledger, stop, what, e):
-        if not stop.is_set() or e.code() != self.pb.grpc.StatusCode.UNAVAILABLE:
+        if not stop.is_set() or not self.killed_transport(e):
             with ledger.lock:
                 ledger.errors.append(f"{what}: {e.code().name} {e.details()}")
 
