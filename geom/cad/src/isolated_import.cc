@@ -445,11 +445,16 @@ struct WorkerPool::Impl {
     return taken;
   }
 
+  // Counts a job handed over to a pooled worker.
+  void CountDispatched() {
+    std::lock_guard<std::mutex> lock(mu);
+    ++dispatched;
+  }
+
   // Ends a call's use of a pooled worker (already reaped); the thread replaces it.
-  void Release(bool job_sent) {
+  void Release() {
     std::lock_guard<std::mutex> lock(mu);
     --in_use;
-    if (job_sent) ++dispatched;
     changed.notify_all();
   }
 };
@@ -472,7 +477,6 @@ struct Launched {
   int pidfd = -1;
   rlim_t cpu_limit = 0;      // RLIMIT_CPU soft limit in total seconds of the process
   PoolImpl* pool = nullptr;  // set for a pooled worker until it is released
-  bool job_sent = false;
 };
 
 // Hands the job to a worker of `pool`: applies the limits to it and sends the arguments. nullopt
@@ -481,11 +485,11 @@ std::optional<Launched> Dispatch(PoolImpl& pool, const IsolationLimits& limits,
                                  const std::vector<std::string>& job_args, rlim_t cpu_seconds) {
   std::optional<PooledWorker> worker = pool.Take();
   if (!worker) return std::nullopt;
-  Launched launched{worker->pid, worker->pidfd, 0, &pool, false};
+  Launched launched{worker->pid, worker->pidfd, 0, &pool};
   const auto fail = [&]() -> std::optional<Launched> {
     worker->CloseFds();
     KillAndReap(worker->pid);
-    pool.Release(false);
+    pool.Release();
     return std::nullopt;
   };
   // RLIMIT_CPU counts the start-up too: the limit is what it used plus this call's seconds.
@@ -522,7 +526,7 @@ std::optional<Launched> Dispatch(PoolImpl& pool, const IsolationLimits& limits,
     sent += static_cast<std::size_t>(n);
   }
   close(std::exchange(worker->job_fd, -1));  // end of file ends the job
-  launched.job_sent = true;
+  pool.CountDispatched();
   return launched;
 }
 
@@ -585,7 +589,7 @@ absl::StatusOr<std::string> RunWorker(const std::string& path, const Tessellatio
                     : absl::StrCat("import worker cannot be started: ", setup.worker, ": ",
                                    std::strerror(error)));
     }
-    launched = Launched{pid, OpenPidFd(pid), setup.cpu_seconds, nullptr, false};
+    launched = Launched{pid, OpenPidFd(pid), setup.cpu_seconds, nullptr};
   }
   const pid_t pid = launched->pid;
 
@@ -630,7 +634,7 @@ absl::StatusOr<std::string> RunWorker(const std::string& path, const Tessellatio
   while (wait4(pid, &wait_status, 0, &usage) < 0 && errno == EINTR) {
   }
   if (launched->pidfd >= 0) close(launched->pidfd);
-  if (launched->pool != nullptr) launched->pool->Release(launched->job_sent);
+  if (launched->pool != nullptr) launched->pool->Release();
 
   if (ending == Ending::kCancelled) {
     return absl::CancelledError(absl::StrCat("import of ", file_name, " cancelled"));
