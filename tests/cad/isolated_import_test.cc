@@ -538,6 +538,8 @@ TEST_F(WorkerPoolTest, IdleWorkersUseNoCpuAndDieWithThePool) {
     EXPECT_EQ(pool.start_failures(), 0u);
     pids = pool.IdlePids();
     ASSERT_EQ(pids.size(), 2u);
+    // Past its ready byte a worker still points fd 1 at /dev/null before it blocks.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::vector<long long> before;
     for (int pid : pids) before.push_back(CpuTicks(pid));
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
