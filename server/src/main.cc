@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
                  "Deadline of a sequence validation when the client sets none or a later one")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--import-pool-workers", config.import_pool_workers,
+                 "Import workers kept pre-started (each serves one import); 0: none")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_option("--worker", config.worker_path,
                  "clash-cad-worker executable (default: next to clashd, or $CLASH_CAD_WORKER)");
   app.add_option("--import-memory-bytes", config.import_memory_bytes,

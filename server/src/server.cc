@@ -565,6 +565,8 @@ struct ClashServer::Impl {
   QueriesService queries_service;
   SequencesService sequences_service;
   HealthService health_service;
+  // Pre-started import workers. Declared before `server`, so that it outlives the calls using it.
+  std::unique_ptr<cad::WorkerPool> worker_pool;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MetricsHttpServer> metrics_http;
   int port = 0;
@@ -763,7 +765,8 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   limits.wall_seconds = std::max(0.001, absl::ToDoubleSeconds(deadline - absl::Now()));
   limits.cpu_seconds = limits.wall_seconds;
   limits.address_space_bytes = config.import_memory_bytes;
-  limits.temp_dir = t.tmp_dir();  // emptied when the tenant is opened, so never left behind
+  limits.temp_dir = t.tmp_dir();    // emptied when the tenant is opened, so never left behind
+  limits.pool = worker_pool.get();  // null: a fresh worker per import
   std::atomic<bool> cancel{false};
   std::atomic<bool> done{false};
   std::thread watcher([&] {
@@ -893,6 +896,17 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   impl->metrics.AddGauge("clashd_import_waiting", "Imports waiting for a slot.",
                          [raw] { return raw->import_limiter.waiting(); });
 
+  cad::IsolationLimits probe;
+  probe.worker_path = config.worker_path;
+  const bool worker_ok = access(cad::ResolveWorkerPath(probe).c_str(), X_OK) == 0;
+  if (worker_ok && config.import_pool_workers > 0) {
+    impl->worker_pool = std::make_unique<cad::WorkerPool>(
+        cad::WorkerPoolOptions{cad::ResolveWorkerPath(probe), config.import_pool_workers});
+    cad::WorkerPool* pool = impl->worker_pool.get();
+    impl->metrics.AddGauge("clashd_import_pool_idle", "Pre-started import workers waiting.",
+                           [pool] { return pool->idle(); });
+  }
+
   grpc::EnableDefaultHealthCheckService(false);
   if (config.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -918,9 +932,6 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   }
   HealthService* health = &impl->health_service;
   health->Set("", true);
-  cad::IsolationLimits probe;
-  probe.worker_path = config.worker_path;
-  const bool worker_ok = access(cad::ResolveWorkerPath(probe).c_str(), X_OK) == 0;
   for (const char* name : kServiceNames) health->Set(name, true);
   if (!worker_ok) {
     LogLine(LogLevel::kWarning, "clash-cad-worker not found: CAD imports are unavailable");
@@ -966,6 +977,7 @@ void ClashServer::Shutdown() {
   impl_->draining = true;
   impl_->server->Wait();
   impl_->metrics_http.reset();
+  impl_->worker_pool.reset();  // kills and reaps the idle workers
   LogLine(LogLevel::kInfo, "clashd stopped");
 }
 

@@ -39,6 +39,9 @@ struct ServerConfig {
   double max_sequence_seconds = 600;
   /// Import worker limits (see clash::cad::IsolationLimits); "" finds clash-cad-worker.
   std::string worker_path;
+  /// Import workers kept pre-started (clash::cad::WorkerPool); each serves one import and is
+  /// replaced. 0: every import starts a fresh worker.
+  int import_pool_workers = 2;
   std::size_t import_memory_bytes = std::size_t{4} << 30;
   /// On SIGTERM: time in-flight calls get before they are cancelled.
   double shutdown_grace_seconds = 10;

@@ -9,8 +9,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>  // mkdtemp, setenv
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <BRepPrimAPI_MakeBox.hxx>
 #include <BRepPrimAPI_MakeCylinder.hxx>
@@ -40,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "assembly_fixtures.h"
 #include "clash/cad/tessellate.h"
+#include "clash/cad/worker_pool.h"
 #include "clash/geom/mesh.h"
 #include "occt_fixtures.h"
 #include "testing/status_matchers.h"
@@ -486,6 +490,277 @@ TEST_F(IsolatedImportTest, DamagedRealFilesFailCleanlyOrReportTheirLoss) {
   testing::ExpectBoxNear(testing::WorldBox(*header, header->instances[0]),
                          testing::Box3{{38.1, 0, 152.4}, {177.8, 152.908, 366.504}},
                          header->parts[0].mesh.deflection_mm + 1e-3, "bad_header.igs");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pre-started workers (WorkerPool): the same results and the same isolation.
+
+// utime + stime of process `pid` in clock ticks; -1 when it cannot be read.
+long long CpuTicks(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const std::size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string field;
+  long long utime = -1;
+  long long stime = -1;
+  for (int i = 3; i <= 15 && (fields >> field); ++i) {
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  return utime < 0 || stime < 0 ? -1 : utime + stime;
+}
+
+// True while `pid` names a process (zombies included).
+bool Exists(int pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+class WorkerPoolTest : public IsolatedImportTest {
+ protected:
+  static WorkerPoolOptions PoolOptions(int idle) { return {CLASH_CAD_WORKER_PATH, idle}; }
+  // Limits that use `pool`, once it is full (so the call cannot fall back to a fresh worker).
+  static IsolationLimits PoolLimits(WorkerPool& pool) {
+    EXPECT_TRUE(pool.WaitUntilFull(std::chrono::seconds(60)));
+    IsolationLimits limits = Limits();
+    limits.pool = &pool;
+    return limits;
+  }
+};
+
+TEST_F(WorkerPoolTest, IdleWorkersUseNoCpuAndDieWithThePool) {
+  std::vector<int> pids;
+  {
+    WorkerPool pool(PoolOptions(2));
+    ASSERT_TRUE(pool.WaitUntilFull(std::chrono::seconds(60)));
+    EXPECT_EQ(pool.idle(), 2);
+    EXPECT_EQ(pool.workers_started(), 2u);
+    EXPECT_EQ(pool.start_failures(), 0u);
+    pids = pool.IdlePids();
+    ASSERT_EQ(pids.size(), 2u);
+    // Past its ready byte a worker still points fd 1 at /dev/null before it blocks.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<long long> before;
+    for (int pid : pids) before.push_back(CpuTicks(pid));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      EXPECT_GE(before[i], 0);
+      EXPECT_EQ(CpuTicks(pids[i]), before[i]) << "idle worker " << pids[i] << " used CPU";
+    }
+  }
+  // Killed and reaped by the destructor: TearDown also finds no child at all.
+  for (int pid : pids) EXPECT_FALSE(Exists(pid)) << pid;
+}
+
+TEST_F(WorkerPoolTest, PooledImportEqualsInProcessAndNeverReusesAWorker) {
+  const absl::StatusOr<MeshBuffers> local = ReadAndTessellate(box_, {});
+  ASSERT_THAT(local, IsOk());
+  WorkerPool pool(PoolOptions(1));
+  std::vector<int> used;
+  for (int round = 0; round < 3; ++round) {
+    const IsolationLimits limits = PoolLimits(pool);
+    const std::vector<int> idle = pool.IdlePids();
+    ASSERT_EQ(idle.size(), 1u);
+    for (int pid : used) EXPECT_NE(idle[0], pid) << "a worker ran a second job";
+    const absl::StatusOr<MeshBuffers> isolated = ImportIsolated(box_, {}, limits);
+    ASSERT_THAT(isolated, IsOk());
+    ExpectSameMesh(*isolated, *local);
+    EXPECT_EQ(pool.jobs_dispatched(), static_cast<std::uint64_t>(round + 1));
+    EXPECT_FALSE(Exists(idle[0])) << "the worker outlived its job";
+    used.push_back(idle[0]);
+  }
+  // Assemblies and options go through the same job.
+  const fs::path path = data_ / "plate_bolts.step";
+  WriteAssemblyStep(path, "M");
+  TessellationOptions options;
+  options.linear_deflection_mm = 0.05;
+  const absl::StatusOr<ImportedAssembly> local_assembly = ReadAssembly(path, options);
+  ASSERT_THAT(local_assembly, IsOk());
+  const absl::StatusOr<ImportedAssembly> assembly =
+      ImportAssemblyIsolated(path, options, PoolLimits(pool));
+  ASSERT_THAT(assembly, IsOk());
+  ExpectSameAssembly(*assembly, *local_assembly);
+  EXPECT_EQ(pool.jobs_dispatched(), 4u);
+}
+
+TEST_F(WorkerPoolTest, PooledFailuresMapLikeFreshOnes) {
+  WorkerPool pool(PoolOptions(1));
+  std::uint64_t jobs = 0;
+  const auto expect_pooled = [&] { EXPECT_EQ(pool.jobs_dispatched(), ++jobs); };
+  {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "crash");
+    EXPECT_THAT(ImportIsolated(box_, {}, PoolLimits(pool)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         "import worker crashed (signal 11, SIGSEGV) reading box.step"));
+    expect_pooled();
+  }
+  {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "exit");
+    EXPECT_THAT(ImportIsolated(box_, {}, PoolLimits(pool)),
+                StatusIs(absl::StatusCode::kInvalidArgument, "exited with code 3"));
+    expect_pooled();
+  }
+  {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "garbage");
+    EXPECT_THAT(ImportIsolated(box_, {}, PoolLimits(pool)),
+                StatusIs(absl::StatusCode::kInternal, "malformed worker output"));
+    expect_pooled();
+  }
+  {
+    // The wall clock starts when the job is handed over, not when the worker was started.
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "hang");
+    IsolationLimits limits = PoolLimits(pool);
+    limits.wall_seconds = 1;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, "wall-clock"));
+    const double elapsed = Seconds(std::chrono::steady_clock::now() - start).count();
+    EXPECT_GE(elapsed, 1.0);
+    EXPECT_LT(elapsed, 2.0);
+    expect_pooled();
+  }
+  {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "spin");
+    IsolationLimits limits = PoolLimits(pool);
+    limits.cpu_seconds = 1;
+    limits.wall_seconds = 30;
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, "CPU limit"));
+    expect_pooled();
+  }
+#if !defined(__SANITIZE_ADDRESS__)
+  {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "oom");
+    IsolationLimits limits = PoolLimits(pool);
+    limits.address_space_bytes = std::size_t{256} << 20;
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kResourceExhausted, "out of memory"));
+    expect_pooled();
+  }
+#endif
+  {
+    IsolationLimits limits = PoolLimits(pool);
+    limits.max_output_bytes = 200;
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kResourceExhausted, "output limit"));
+    expect_pooled();
+  }
+  {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "hang");
+    const IsolationLimits limits = PoolLimits(pool);
+    std::atomic<bool> cancel{false};
+    std::chrono::steady_clock::time_point cancelled_at;
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      cancelled_at = std::chrono::steady_clock::now();
+      cancel = true;
+    });
+    const absl::StatusOr<MeshBuffers> result = ImportIsolated(box_, {}, limits, &cancel);
+    const auto returned_at = std::chrono::steady_clock::now();
+    canceller.join();
+    EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, "cancelled"));
+    EXPECT_LT(Seconds(returned_at - cancelled_at).count(), 1.0);
+    expect_pooled();
+  }
+  // The worker's own errors come back as they are.
+  EXPECT_THAT(ImportIsolated((data_ / "missing.step").string(), {}, PoolLimits(pool)),
+              StatusIs(absl::StatusCode::kNotFound, "missing.step"));
+  expect_pooled();
+}
+
+TEST_F(WorkerPoolTest, AnotherExecutableOrAnEmptyPoolStartsAFreshWorker) {
+  WorkerPool empty(PoolOptions(0));
+  IsolationLimits limits = Limits();
+  limits.pool = &empty;
+  EXPECT_THAT(ImportIsolated(box_, {}, limits), IsOk());
+  EXPECT_EQ(empty.jobs_dispatched(), 0u);
+
+  WorkerPool pool(PoolOptions(1));
+  limits = PoolLimits(pool);
+  limits.worker_path = (data_ / "no-such-worker").string();
+  EXPECT_THAT(ImportIsolated(box_, {}, limits),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "no-such-worker"));
+  EXPECT_EQ(pool.jobs_dispatched(), 0u);
+  EXPECT_EQ(pool.idle(), 1);
+}
+
+TEST_F(WorkerPoolTest, ConcurrentPooledImportsAllSucceed) {
+  const absl::StatusOr<MeshBuffers> expected = ReadAndTessellate(box_, {});
+  ASSERT_THAT(expected, IsOk());
+  WorkerPool pool(PoolOptions(2));
+  const IsolationLimits limits = PoolLimits(pool);
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 3;
+  std::vector<absl::StatusOr<MeshBuffers>> results(kThreads * kRounds);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) results[t * kRounds + r] = ImportIsolated(box_, {}, limits);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const absl::StatusOr<MeshBuffers>& result : results) {
+    ASSERT_THAT(result, IsOk());
+    ExpectSameMesh(*result, *expected);
+  }
+  EXPECT_GE(pool.jobs_dispatched(), 2u);  // the rest may have found the pool empty
+}
+
+// Run only by KillingTheOwnerKillsIdleWorkers, in a child process: holds a full pool, writes its
+// idle workers' pids to $CLASH_POOL_HELPER_OUT and waits to be killed.
+TEST(WorkerPoolHelper, DISABLED_HoldPoolUntilKilled) {
+  const char* out = std::getenv("CLASH_POOL_HELPER_OUT");
+  if (out == nullptr) GTEST_SKIP() << "only run by WorkerPoolTest.KillingTheOwnerKillsIdleWorkers";
+  WorkerPool pool({CLASH_CAD_WORKER_PATH, 2});
+  ASSERT_TRUE(pool.WaitUntilFull(std::chrono::seconds(60)));
+  std::string text;
+  for (int pid : pool.IdlePids()) text += std::to_string(pid) + "\n";
+  WriteBytes(std::string(out) + ".tmp", text);
+  fs::rename(std::string(out) + ".tmp", out);
+  std::this_thread::sleep_for(std::chrono::seconds(120));
+}
+
+TEST_F(WorkerPoolTest, KillingTheOwnerKillsIdleWorkers) {
+  // Orphans are re-parented to this process, so it can reap them and see that they died.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const std::string out = (data_ / "pids.txt").string();
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const pid_t helper = fork();
+  if (helper == 0) {
+    setenv("CLASH_POOL_HELPER_OUT", out.c_str(), 1);
+    execl(self.c_str(), self.c_str(),
+          "--gtest_filter=WorkerPoolHelper.DISABLED_HoldPoolUntilKilled",
+          "--gtest_also_run_disabled_tests", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(helper, 0);
+  std::vector<int> pids;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (pids.empty() && std::chrono::steady_clock::now() < give_up) {
+    if (fs::exists(out)) {
+      std::istringstream in(ReadBytes(out));
+      for (int pid = 0; in >> pid;) pids.push_back(pid);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  kill(helper, SIGKILL);
+  ASSERT_EQ(waitpid(helper, nullptr, 0), helper);
+  ASSERT_EQ(pids.size(), 2u) << "the helper did not report its pool";
+  const auto killed_at = std::chrono::steady_clock::now();
+  for (int pid : pids) {
+    bool reaped = false;
+    while (!reaped && std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(1)) {
+      reaped = waitpid(pid, nullptr, WNOHANG) == pid;
+      if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_TRUE(reaped) << "idle worker " << pid << " outlived its owner by a second";
+    if (!reaped) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 }  // namespace

@@ -188,10 +188,11 @@ class Clashd:
         """Processes whose parent is this server."""
         return [p for p, ppid, _ in _processes() if ppid == self.proc.pid]
 
-    def workers(self):
+    def workers(self, include_idle=False):
         """Live clash-cad-worker processes started by this server (found by their TMPDIR, a
         folder under this server's root, so also orphans whose parent died); zombies are not
-        counted."""
+        counted. Pre-started workers still waiting for a job (named clash-cad-idle in
+        /proc/PID/comm) count only with include_idle: a running server keeps a few of them."""
         out = []
         for pid, _, state in _processes():
             if state == "Z":
@@ -201,21 +202,25 @@ class Clashd:
                     cmd = f.read().split(b"\0")
                 with open(f"/proc/{pid}/environ", "rb") as f:
                     env = f.read().split(b"\0")
+                with open(f"/proc/{pid}/comm", "rb") as f:
+                    idle = f.read().strip() == b"clash-cad-idle"
             except OSError:
                 continue
             if not cmd or not cmd[0].endswith(b"clash-cad-worker"):
+                continue
+            if idle and not include_idle:
                 continue
             if any(e.startswith(b"TMPDIR=" + self.root.encode() + b"/") for e in env):
                 out.append(pid)
         return out
 
-    def wait_no_workers(self, seconds=10):
+    def wait_no_workers(self, seconds=10, include_idle=False):
         deadline = time.time() + seconds
         while time.time() < deadline:
-            if not self.workers():
+            if not self.workers(include_idle):
                 return []
             time.sleep(0.05)
-        return self.workers()
+        return self.workers(include_idle)
 
     def leftover_files(self):
         """Temporaries: .tmp-* files of the atomic writer in the stores, uploads and the

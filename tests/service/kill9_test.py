@@ -84,7 +84,7 @@ class Kill9Test(unittest.TestCase):
     def tearDown(self):
         if self.server.proc is not None and self.server.proc.poll() is None:
             self.server.kill9()
-        for pid in self.server.workers():  # orphans of a failed run: this test's, by TMPDIR
+        for pid in self.server.workers(include_idle=True):  # orphans of a failed run: this test's, by TMPDIR
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -309,7 +309,7 @@ class Kill9Test(unittest.TestCase):
                                     f"{ledger.errors}")
             # The killed server's workers must not outlive it (they would hold CPU and memory
             # until their own limits, up to --max-import-seconds).
-            orphans = self.server.wait_no_workers(3)
+            orphans = self.server.wait_no_workers(3, include_idle=True)
             if orphans:
                 self.fail_with_seed(f"round {round_no}: import workers {orphans} outlived the "
                                     "killed server")

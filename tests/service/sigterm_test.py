@@ -45,7 +45,7 @@ class SigtermTest(unittest.TestCase):
     def tearDown(self):
         if self.server.proc is not None and self.server.proc.poll() is None:
             self.server.kill9()
-        for pid in self.server.workers():
+        for pid in self.server.workers(include_idle=True):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -177,7 +177,7 @@ class SigtermTest(unittest.TestCase):
             statuses.append(watch_events.get())
         self.assertIn(pb.health_pb2.HealthCheckResponse.NOT_SERVING, statuses,
                       f"the health Watch saw {statuses}")
-        self.assertEqual(self.server.workers(), [], "import worker left after exit")
+        self.assertEqual(self.server.workers(include_idle=True), [], "import worker left after exit")
         self.assertEqual(self.server.leftover_files(), [])
         log = self.server.log()
         self.assertIn("clashd stopped", log)

@@ -9,12 +9,15 @@
 #include <BRep_Builder.hxx>
 #include <BRep_Tool.hxx>
 #include <Bnd_Box.hxx>
+#include <IGESControl_Reader.hxx>
 #include <IMeshTools_Parameters.hxx>
 #include <Interface_Check.hxx>
 #include <Interface_CheckIterator.hxx>
 #include <Interface_Static.hxx>
 #include <Message.hxx>
 #include <Poly_Triangulation.hxx>
+#include <STEPCAFControl_Reader.hxx>
+#include <STEPControl_Reader.hxx>
 #include <Standard_Failure.hxx>
 #include <Standard_OutOfMemory.hxx>
 #include <TopAbs.hxx>
@@ -27,6 +30,7 @@
 #include <TopoDS_Face.hxx>
 #include <TopoDS_Shell.hxx>
 #include <TopoDS_Solid.hxx>
+#include <XCAFApp_Application.hxx>
 #include <array>
 #include <cerrno>
 #include <cmath>
@@ -44,6 +48,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "occt_warm_up.h"
 
 namespace clash::cad::internal {
 namespace {
@@ -322,6 +327,20 @@ absl::StatusOr<MeshBuffers> MeshOwnedShape(const TopoDS_Shape& shape,
         mesher.GetStatusFlags(), ")"));
   }
   return out;
+}
+
+void WarmUpOcct() {
+  std::lock_guard<std::mutex> lock(OcctMutex());
+  try {
+    ScopedSilentMessenger silent;
+    // Constructing a reader registers its translator's protocol, parameters and messages.
+    STEPControl_Reader step;
+    IGESControl_Reader iges;
+    STEPCAFControl_Reader step_caf;
+    (void)XCAFApp_Application::GetApplication();
+  } catch (...) {
+    // Nothing read yet: the first real read meets the same failure and reports it.
+  }
 }
 
 absl::Status StatusFromCurrentException(Phase phase) {

@@ -4,15 +4,30 @@
 //
 //   clash-cad-worker [--kind=mesh|assembly] [--linear-deflection-mm=X] [--relative-deflection=X]
 //                    [--angular-deflection-rad=X] [--max-triangles=N] [--parallel=0|1]
-//                    [--max-output-bytes=N] <input-path> <output-path>
+//                    [--max-output-bytes=N] [--temp-dir=DIR] [--test-fault=F]
+//                    <input-path> <output-path>
+//   clash-cad-worker --pool
 //
 // Exit codes: 0 result file written (mesh or error), 64 bad arguments, 74 result not written.
-// Test hook: CLASH_WORKER_TEST_FAULT=crash|hang|spin|oom|garbage|exit makes the worker crash,
-// sleep forever, burn CPU forever, allocate until out of memory, write garbage, or exit with 3
-// before reading the input, so tests can prove each failure path without relying on OCCT bugs.
+// Test hook: CLASH_WORKER_TEST_FAULT=crash|hang|spin|oom|garbage|exit (or --test-fault) makes the
+// worker crash, sleep forever, burn CPU forever, allocate until out of memory, write garbage, or
+// exit with 3 before reading the input, so tests can prove each failure path without relying on
+// OCCT bugs.
+//
+// --pool (WorkerPool): the worker loads OCCT and initialises its readers, writes one byte 'R' to
+// fd 1 (then points fd 1 at /dev/null), and blocks reading one job from fd 0: the arguments
+// above, each ended by a NUL byte, up to end of file. An empty job (the pool shut down or its
+// process died) exits at once. --temp-dir becomes TMPDIR and receives stderr.txt, which is how a
+// fresh worker is started too; the job's --test-fault replaces the environment variable. The
+// caller applies the resource limits to the process before it sends the job. One job, then exit:
+// a process that ran OCCT on an untrusted file is never reused.
+#include <fcntl.h>
 #include <signal.h>
+#include <stdlib.h>  // setenv
+#include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "clash/cad/assembly.h"
 #include "clash/cad/tessellate.h"
+#include "occt_warm_up.h"
 #include "worker_format.h"
 
 namespace {
@@ -98,6 +114,10 @@ struct Args {
   std::size_t max_output_bytes = std::size_t{2} << 30;
   std::string input;
   std::string output;
+  /// Private temp folder (--temp-dir): becomes TMPDIR and holds stderr.txt; empty: unchanged.
+  std::string temp_dir;
+  /// Test fault (--test-fault); empty: $CLASH_WORKER_TEST_FAULT.
+  std::string test_fault;
 };
 
 // Fills `args`; returns kWorkerExitOk or kWorkerExitUsage (after printing why).
@@ -131,6 +151,12 @@ int ParseArgs(int argc, char** argv, Args* args) {
     } else if (name == "parallel") {
       ok = value == "0" || value == "1";
       options.parallel = value == "1";
+    } else if (name == "temp-dir") {
+      ok = !value.empty();
+      args->temp_dir = value;
+    } else if (name == "test-fault") {
+      ok = true;
+      args->test_fault = value;
     }
     if (!ok) return Usage(("bad flag: " + std::string(arg)).c_str());
   }
@@ -158,7 +184,9 @@ int ImportAndWrite(const Args& args, Read read) {
 }
 
 int Run(const Args& args) {
-  if (const char* fault = std::getenv("CLASH_WORKER_TEST_FAULT"); fault != nullptr) {
+  const char* fault =
+      args.test_fault.empty() ? std::getenv("CLASH_WORKER_TEST_FAULT") : args.test_fault.c_str();
+  if (fault != nullptr) {
     const int code = RunTestFault(fault, args.output);
     if (code >= 0) return code;
   }
@@ -179,6 +207,64 @@ int WriteOutOfMemory(const Args& args) {
   return written.ok() ? internal::kWorkerExitOk : internal::kWorkerExitIoError;
 }
 
+// Points TMPDIR at the job's temp folder and stderr at a file in it (a fresh worker gets both
+// from the process that starts it).
+void EnterTempDir(const Args& args) {
+  if (args.temp_dir.empty()) return;
+  setenv("TMPDIR", args.temp_dir.c_str(), 1);
+  const std::string err_path = args.temp_dir + "/stderr.txt";
+  const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (err >= 0) {
+    dup2(err, 2);
+    close(err);
+  }
+}
+
+// Reads the whole job from fd 0 (NUL-ended arguments up to end of file).
+std::string ReadJob() {
+  std::string job;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = read(0, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    job.append(buffer, static_cast<std::size_t>(n));
+    if (job.size() > (1u << 20)) return {};  // no real job is this long
+  }
+  return job;
+}
+
+// --pool: warm up, report ready, wait for one job, run it.
+int RunPooled(Args* args) {
+  // Until a job arrives the process is named clash-cad-idle (/proc/PID/comm), so that tools and
+  // tests can tell a waiting worker from a busy one.
+  prctl(PR_SET_NAME, "clash-cad-idle");
+  clash::cad::internal::WarmUpOcct();
+  const char ready = 'R';
+  if (write(1, &ready, 1) != 1) return internal::kWorkerExitIoError;
+  if (const int null = open("/dev/null", O_WRONLY | O_CLOEXEC); null >= 0) {
+    dup2(null, 1);
+    close(null);
+  }
+  const std::string job = ReadJob();
+  if (job.empty() || job.back() != '\0') return internal::kWorkerExitOk;  // shut down
+  prctl(PR_SET_NAME, "clash-cad-worke");  // the name a fresh worker has (15 characters)
+  std::vector<std::string> words;
+  for (std::size_t start = 0; start < job.size();) {
+    const std::size_t end = job.find('\0', start);
+    words.emplace_back(job.substr(start, end - start));
+    start = end + 1;
+  }
+  std::vector<char*> argv{const_cast<char*>("clash-cad-worker")};
+  for (std::string& word : words) argv.push_back(word.data());
+  if (const int code = ParseArgs(static_cast<int>(argv.size()), argv.data(), args);
+      code != internal::kWorkerExitOk) {
+    return code;
+  }
+  EnterTempDir(*args);
+  return Run(*args);
+}
+
 }  // namespace
 
 // OCCT keeps one-time registrations (parameter tables, type descriptors) for the process
@@ -189,13 +275,20 @@ extern "C" const char* __lsan_default_suppressions() { return "leak:/libTK\n"; }
 int main(int argc, char** argv) {
   // ReadAndTessellate and ReadAssembly catch their own bad_alloc; this catches one thrown while
   // parsing arguments, running the "oom" test fault, or writing the result.
+  // The result is on disk once Run returns: _exit skips OCCT's static destructors, which only
+  // delay the moment the caller sees the exit.
   Args args;
+  int code = internal::kWorkerExitOk;
   try {
-    if (const int code = ParseArgs(argc, argv, &args); code != internal::kWorkerExitOk) {
-      return code;
+    if (argc == 2 && std::string_view(argv[1]) == "--pool") {
+      code = RunPooled(&args);
+    } else if (code = ParseArgs(argc, argv, &args); code == internal::kWorkerExitOk) {
+      EnterTempDir(args);
+      code = Run(args);
     }
-    return Run(args);
   } catch (const std::bad_alloc&) {
-    return WriteOutOfMemory(args);
+    code = WriteOutOfMemory(args);
   }
+  std::fflush(nullptr);
+  _exit(code);
 }

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "clash/cad/assembly.h"
 #include "clash/cad/tessellate.h"
+#include "clash/cad/worker_pool.h"
 
 namespace clash::cad {
 
@@ -28,7 +29,8 @@ struct IsolationLimits {
   std::string worker_path;
   /// Wall-clock limit in seconds; the worker's process group is killed when it is reached.
   double wall_seconds = 120;
-  /// CPU-time limit of the worker in seconds (RLIMIT_CPU, rounded up to whole seconds).
+  /// CPU-time limit of the worker in seconds (RLIMIT_CPU, rounded up to whole seconds; for a
+  /// pre-started worker, on top of the CPU time its start-up used).
   double cpu_seconds = 120;
   /// Address-space limit of the worker (RLIMIT_AS); not applied in AddressSanitizer builds.
   std::size_t address_space_bytes = std::size_t{4} << 30;
@@ -37,12 +39,17 @@ struct IsolationLimits {
   /// Folder for the worker's private temp folder; empty: $TMPDIR, else /tmp. A folder the
   /// caller empties at start-up leaves nothing behind even when the caller is killed.
   std::string temp_dir;
+  /// Pre-started workers to take this call's worker from (see worker_pool.h); used when it has
+  /// an idle worker of the same executable, else (and when null) a fresh worker is started. The
+  /// limits above apply either way, from the moment the job is handed over.
+  WorkerPool* pool = nullptr;
 };
 
 /// Returns the worker executable that `limits` selects (see IsolationLimits::worker_path).
 [[nodiscard]] std::string ResolveWorkerPath(const IsolationLimits& limits);
 
-/// Reads and tessellates the file at `path` like ReadAndTessellate, but in a worker process.
+/// Reads and tessellates the file at `path` like ReadAndTessellate, but in a worker process
+/// (pre-started when `limits.pool` has one idle; used for this call only, then killed).
 /// Errors: the worker's own (NOT_FOUND, INVALID_ARGUMENT naming the phase, RESOURCE_EXHAUSTED);
 /// INVALID_ARGUMENT "import worker crashed (signal N) reading <file>" when a signal killed it;
 /// DEADLINE_EXCEEDED past the wall-clock or CPU limit; RESOURCE_EXHAUSTED past the memory or
