@@ -261,5 +261,35 @@ TEST(RayBvh, ExtremeDirectionsAgreeWithAllTriangles) {
   EXPECT_LT(hits, trials * 4 / 5);
 }
 
+// A part reaching beyond kRayBvhMaxCoordinate from its centre gets no ray tree; its rays
+// take the double-precision hierarchy and still agree with the oracle.
+TEST(RayBvh, HugePartsTakeTheDoubleHierarchy) {
+  auto rng = SeededRng(306);
+  PartPtr huge = MakeSoup(rng, 300, 1e16, 3e15).Part();
+  EXPECT_EQ(huge->ray_bvh().root_ref(), kRayEmptyRef);
+  EXPECT_TRUE(huge->ray_bvh().nodes().empty());
+  PartPtr normal = MakeSoup(rng, 300, 1e14, 3e13).Part();
+  EXPECT_NE(normal->ray_bvh().root_ref(), kRayEmptyRef);
+  int hits = 0, trials = 0;
+  for (const PartPtr& part : {huge, normal}) {
+    const double r = part->bounds().Diagonal();
+    for (int i = 0; i < 300; ++i) {
+      const Vec3 origin = RandomPoint(rng, r, part->bounds().Center());
+      const Ray ray{origin, RandomPoint(rng, 0.3 * r, part->bounds().Center()) - origin, 0.0, kInf};
+      auto expected = BruteRayCast(part->mesh(), ray);
+      auto got = CastRay(*part, RigidTransform::Identity(), ray);
+      ++trials;
+      ASSERT_EQ(got.has_value(), expected.has_value()) << "ray " << i;
+      EXPECT_EQ(RayHitsAny(*part, RigidTransform::Identity(), ray), expected.has_value());
+      if (!got) continue;
+      ++hits;
+      EXPECT_EQ(got->t, expected->first);
+      EXPECT_EQ(got->triangle, expected->second);
+    }
+  }
+  EXPECT_GT(hits, trials / 10);
+  EXPECT_LT(hits, trials * 9 / 10);
+}
+
 }  // namespace
 }  // namespace clash::geom

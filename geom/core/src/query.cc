@@ -317,13 +317,13 @@ std::optional<RayHit> CastRay(const Part& part, const RigidTransform& X_WP, cons
   double t_max = r.t_max;
   ClosestHit best;
   const internal::PreparedRayF rf(r, part.ray_bvh().ref());
-  if (rf.usable) {
+  if (rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef) {
     internal::WalkRayBvh(part.ray_bvh(), rf, r.t_min, &t_max,
                          [&](uint32_t first, uint32_t count, double* tm) {
                            TestLeafClosest(part, r, first, count, tm, &best);
                            return false;
                          });
-  } else {  // rays the single-precision test cannot bound: the double-precision hierarchy
+  } else {  // rays (or parts) single precision cannot bound: the double-precision hierarchy
     WalkRay(part, r, &t_max, [&](const BvhNode& n, double* tm) {
       TestLeafClosest(part, r, n.index, n.Count(), tm, &best);
       return false;
@@ -352,7 +352,7 @@ bool RayHitsAny(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) 
     return false;
   };
   const internal::PreparedRayF rf(r, part.ray_bvh().ref());
-  if (rf.usable) {
+  if (rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef) {
     internal::WalkRayBvh(
         part.ray_bvh(), rf, r.t_min, &t_max,
         [&](uint32_t first, uint32_t count, double*) { return any(first, count); });

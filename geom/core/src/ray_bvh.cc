@@ -139,6 +139,11 @@ RayBvh RayBvh::Build(const BvhTopology& topo, const Vec3& ref, double inflate, i
   out.ref_ = ref;
   const std::size_t count = topo.nodes.size();
   if (count == 0) return out;
+  const Aabb& root = topo.nodes[0].box;
+  if (!((root.min - ref).cwiseAbs().maxCoeff() + inflate <= kRayBvhMaxCoordinate &&
+        (root.max - ref).cwiseAbs().maxCoeff() + inflate <= kRayBvhMaxCoordinate)) {
+    return out;  // beyond what single precision bounds: CastRay takes the double tree
+  }
   Builder b{
       topo, ref, inflate, static_cast<uint32_t>(std::clamp(max_leaf_size, 1, kMaxRayLeafSize)),
       {},   {},  {},      0};

@@ -27,11 +27,15 @@ inline __m128 DecodePlanes(const RayNode& n, int axis, int side) {
                     _mm_mul_ps(_mm_cvtepi32_ps(q32), _mm_set1_ps(n.scale[axis])));
 }
 
-/// Float rounding toward -inf of a double (finite or infinite, not NaN).
+/// Float rounding toward -inf of a double (beyond the float range: FLT_MAX or -inf; NaN: -inf).
 inline float RoundDown(double x) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (!(std::abs(x) <= kMax)) {
+    return x > 0 ? std::numeric_limits<float>::max() : -std::numeric_limits<float>::infinity();
+  }
   const float f = static_cast<float>(x);
   if (!(static_cast<double>(f) > x)) return f;
-  // f > x: step to the next float below f (from +inf that is the largest finite float).
+  // f > x: step to the next float below f.
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
   if (f == 0.0f) {
@@ -45,7 +49,7 @@ inline float RoundDown(double x) {
   std::memcpy(&out, &bits, 4);
   return out;
 }
-/// Float rounding toward +inf of a double (finite or infinite, not NaN).
+/// Float rounding toward +inf of a double (beyond the float range: -FLT_MAX or +inf).
 inline float RoundUp(double x) { return -RoundDown(-x); }
 
 /// A ray prepared for the single-precision box test, in units t' = t * t_scale (t_scale a
@@ -78,7 +82,7 @@ struct PreparedRayF {
     std::memcpy(&t_scale, &bits, 8);
     for (int a = 0; a < 3; ++a) {
       const double o = r.org[a] - ref[a];
-      if (!(std::abs(o) <= 1e15)) return;
+      if (!(std::abs(o) <= kRayBvhMaxCoordinate)) return;
       const double d = r.dir[a] / t_scale;  // exact: division by a power of two
       if (d != 0.0 && std::abs(d) < 1e-20) return;
       const bool negative = std::signbit(d);

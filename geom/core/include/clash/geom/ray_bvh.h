@@ -25,6 +25,9 @@
 
 namespace clash::geom {
 
+/// Largest |coordinate - ref| a ray hierarchy is built for (and ray origins may have).
+inline constexpr double kRayBvhMaxCoordinate = 1e15;
+
 /// Largest leaf a ray hierarchy may have.
 inline constexpr int kMaxRayLeafSize = 16;
 
@@ -46,7 +49,8 @@ class RayBvh {
   /// Collapses a binary topology built over `triangles` (the part's mesh triangles, indexed by
   /// topo.prims) into ray nodes. `inflate` (part units) is added to every box on top of the
   /// outward rounding; `max_leaf_size` (1..kMaxRayLeafSize) bounds the leaves, which are whole
-  /// subtrees of the topology (topology leaves larger than it stay as they are).
+  /// subtrees of the topology (topology leaves larger than it stay as they are). Builds nothing
+  /// (root_ref() == kRayEmptyRef) when a box reaches beyond 1e15 from `ref`.
   [[nodiscard]] static RayBvh Build(const BvhTopology& topo, const Vec3& ref, double inflate,
                                     int max_leaf_size);
 
@@ -65,7 +69,9 @@ class RayBvh {
 
   /// The nodes (nodes()[0] is the root when root_ref() == 0).
   [[nodiscard]] const std::vector<RayNode>& nodes() const { return nodes_; }
-  /// The root: inner node 0, a leaf reference (a part with a single leaf), or kRayEmptyRef.
+  /// The root: inner node 0, a leaf reference (a part with a single leaf), or kRayEmptyRef
+  /// when no tree was built (parts extending beyond 1e15 from their centre, where single
+  /// precision cannot bound rays: queries then take the double-precision hierarchy).
   [[nodiscard]] uint32_t root_ref() const { return root_; }
   /// Offset subtracted from part coordinates before they are compared with node boxes.
   [[nodiscard]] const Vec3& ref() const { return ref_; }
