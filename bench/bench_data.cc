@@ -210,10 +210,12 @@ absl::StatusOr<std::unique_ptr<PartData>> ReadPart(const std::string& name) {
     const geom::PartStats& st = p->parts[m]->stats();
     std::fprintf(stderr,
                  "# part %s (%s): %zu triangles, diagonal %.6g mm, closed %d; %s: %zu nodes, "
-                 "aabb_nodes %zu, obb_nodes %zu, depth %d, volume saved %.3f\n",
+                 "aabb_nodes %zu, obb_nodes %zu, depth %d, volume saved %.3f; ray nodes %zu, "
+                 "ray leaves %zu\n",
                  name.c_str(), p->path.c_str(), p->mesh.num_triangles(), p->diagonal,
                  static_cast<int>(p->mesh.IsClosed()), ModeLabel(kModes[m]), st.nodes,
-                 st.aabb_nodes, st.obb_nodes, st.depth, st.VolumeSaved());
+                 st.aabb_nodes, st.obb_nodes, st.depth, st.VolumeSaved(), st.ray_nodes,
+                 st.ray_leaves);
   }
   return p;
 }

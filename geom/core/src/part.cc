@@ -99,12 +99,16 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
     if (tn.IsLeaf()) ++st.leaves;
   }
   part->rotations_.shrink_to_fit();
+  part->ray_bvh_ = RayBvh::Build(topo, ref, inflate, options.ray_leaf_size);
+  st.ray_nodes = part->ray_bvh_.nodes().size();
+  st.ray_leaves = part->ray_bvh_.leaves();
   st.nodes = count;
   st.depth = topo.depth;
   st.sah_cost = topo.sah_cost;
   st.memory_bytes = m.MemoryBytes() + part->nodes_.capacity() * sizeof(BvhNode) +
                     part->prims_.capacity() * sizeof(uint32_t) +
-                    part->rotations_.capacity() * sizeof(Eigen::Matrix3f);
+                    part->rotations_.capacity() * sizeof(Eigen::Matrix3f) +
+                    part->ray_bvh_.MemoryBytes();
   return std::shared_ptr<const Part>(std::move(part));
 }
 

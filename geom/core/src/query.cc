@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "ray_bvh_internal.h"
 #include "ray_internal.h"
 
 namespace clash::geom {
@@ -278,47 +279,86 @@ void WalkRay(const Part& part, const internal::PreparedRay& r, double* t_max, Le
 
 }  // namespace
 
+namespace {
+
+// The closest hit so far of CastRay.
+struct ClosestHit {
+  double t = 0.0;
+  uint32_t id = 0;
+  bool found = false;
+};
+
+// Closest hit over primitive slots [first, first + count) within [t_min, *t_max]: the
+// double-precision watertight test, ties broken by the smaller triangle id (as the oracle
+// does). Flattened: the test is inlined into this loop, the hot loop of CastRay.
+[[gnu::flatten]] void TestLeafClosest(const Part& part, const internal::PreparedRay& r,
+                                      uint32_t first, uint32_t count, double* t_max,
+                                      ClosestHit* best) {
+  const auto& tris = part.mesh().triangles();
+  const auto& v = part.mesh().vertices();
+  const uint32_t* prims = part.prims().data();
+  internal::PreparedRay rr = r;
+  for (uint32_t s = first; s < first + count; ++s) {
+    const uint32_t id = prims[s];
+    const auto& t = tris[id];
+    rr.t_max = *t_max;
+    auto h = internal::IntersectWatertight(rr, v[t[0]], v[t[1]], v[t[2]]);
+    if (h && (!best->found || h->t < best->t || (h->t == best->t && id < best->id))) {
+      *t_max = h->t;
+      *best = {h->t, id, true};
+    }
+  }
+}
+
+}  // namespace
+
 std::optional<RayHit> CastRay(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) {
   const internal::PreparedRay r(ray_W.Transformed(X_WP.Inverse()));
   double t_max = r.t_max;
-  std::optional<RayHit> best;
-  WalkRay(part, r, &t_max, [&](const BvhNode& n, double* tm) {
-    for (uint32_t k = 0; k < n.Count(); ++k) {
-      const uint32_t id = part.prims()[n.index + k];
-      const auto& t = part.mesh().triangles()[id];
-      const auto& v = part.mesh().vertices();
-      internal::PreparedRay rr = r;
-      rr.t_max = *tm;
-      auto h = internal::IntersectWatertight(rr, v[t[0]], v[t[1]], v[t[2]]);
-      if (h && (!best || h->t < best->t || (h->t == best->t && id < best->triangle))) {
-        *tm = h->t;
-        best = RayHit{h->t, id, part.mesh().tags()[id], Vec3::Zero(), Vec3::Zero()};
-      }
-    }
-    return false;
-  });
-  if (best) {
-    best->p_W = ray_W.At(best->t);
-    best->normal_W = X_WP.R * part.mesh().triangle(best->triangle).RawNormal().normalized();
+  ClosestHit best;
+  const internal::PreparedRayF rf(r, part.ray_bvh().ref());
+  if (rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef) {
+    internal::WalkRayBvh(part.ray_bvh(), rf, r.t_min, &t_max,
+                         [&](uint32_t first, uint32_t count, double* tm) {
+                           TestLeafClosest(part, r, first, count, tm, &best);
+                           return false;
+                         });
+  } else {  // rays (or parts) single precision cannot bound: the double-precision hierarchy
+    WalkRay(part, r, &t_max, [&](const BvhNode& n, double* tm) {
+      TestLeafClosest(part, r, n.index, n.Count(), tm, &best);
+      return false;
+    });
   }
-  return best;
+  if (!best.found) return std::nullopt;
+  RayHit hit{best.t, best.id, part.mesh().tags()[best.id], ray_W.At(best.t), Vec3::Zero()};
+  hit.normal_W = X_WP.R * part.mesh().triangle(best.id).RawNormal().normalized();
+  return hit;
 }
 
 bool RayHitsAny(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) {
   const internal::PreparedRay r(ray_W.Transformed(X_WP.Inverse()));
   double t_max = r.t_max;
   bool hit = false;
-  WalkRay(part, r, &t_max, [&](const BvhNode& n, double*) {
-    for (uint32_t k = 0; k < n.Count(); ++k) {
-      const auto& t = part.mesh().triangles()[part.prims()[n.index + k]];
-      const auto& v = part.mesh().vertices();
+  auto any = [&](uint32_t first, uint32_t count) {
+    const auto& tris = part.mesh().triangles();
+    const auto& v = part.mesh().vertices();
+    for (uint32_t s = first; s < first + count; ++s) {
+      const auto& t = tris[part.prims()[s]];
       if (internal::IntersectWatertight(r, v[t[0]], v[t[1]], v[t[2]])) {
         hit = true;
         return true;
       }
     }
     return false;
-  });
+  };
+  const internal::PreparedRayF rf(r, part.ray_bvh().ref());
+  if (rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef) {
+    internal::WalkRayBvh(
+        part.ray_bvh(), rf, r.t_min, &t_max,
+        [&](uint32_t first, uint32_t count, double*) { return any(first, count); });
+  } else {
+    WalkRay(part, r, &t_max, [&](const BvhNode& n, double*) { return any(n.index, n.Count()); });
+  }
   return hit;
 }
 

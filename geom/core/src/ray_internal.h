@@ -62,7 +62,10 @@ inline std::optional<WatertightHit> IntersectWatertight(const PreparedRay& r, co
     V = static_cast<double>(static_cast<long double>(ax) * cy - static_cast<long double>(ay) * cx);
     W = static_cast<double>(static_cast<long double>(bx) * ay - static_cast<long double>(by) * ax);
   }
-  if ((U < 0.0 || V < 0.0 || W < 0.0) && (U > 0.0 || V > 0.0 || W > 0.0)) return std::nullopt;
+  // Non-short-circuit ors: most triangles fail here, and the signs are unpredictable.
+  const bool negative = (U < 0.0) | (V < 0.0) | (W < 0.0);
+  const bool positive = (U > 0.0) | (V > 0.0) | (W > 0.0);
+  if (negative & positive) return std::nullopt;
   const double det = U + V + W;
   if (det == 0.0) return std::nullopt;
   const double az = r.sz * A[r.kz], bz = r.sz * B[r.kz], cz = r.sz * C[r.kz];

@@ -9,6 +9,7 @@
 #include "clash/geom/adaptive_bv.h"
 #include "clash/geom/bvh_build.h"
 #include "clash/geom/mesh.h"
+#include "clash/geom/ray_bvh.h"
 
 namespace clash::geom {
 
@@ -19,6 +20,8 @@ inline constexpr int kMaxLeafSize = 16;
 struct PartOptions {
   BvhBuildOptions bvh;   ///< Topology builder.
   AdaptiveBvOptions bv;  ///< Node volume choice.
+  /// Leaves of the ray hierarchy: subtrees of at most this many triangles (1..16).
+  int ray_leaf_size = 12;
 };
 
 /// A hierarchy node (56 bytes): a box centre and half extents in the part frame, and the
@@ -51,7 +54,9 @@ struct PartStats {
   double sah_cost = 0.0;           ///< Relative SAH cost of the topology.
   double aabb_volume_sum = 0.0;    ///< Sum over nodes of the tight AABB volume.
   double chosen_volume_sum = 0.0;  ///< Sum over nodes of the chosen box volume.
-  std::size_t memory_bytes = 0;    ///< Mesh + hierarchy bytes.
+  std::size_t ray_nodes = 0;       ///< Nodes of the ray hierarchy (64 bytes each).
+  std::size_t ray_leaves = 0;      ///< Leaves of the ray hierarchy.
+  std::size_t memory_bytes = 0;    ///< Mesh + hierarchy + ray hierarchy bytes.
   /// Fraction of box volume saved by the OBB choices: 1 - chosen / all-AABB.
   [[nodiscard]] double VolumeSaved() const {
     return aabb_volume_sum > 0 ? 1.0 - chosen_volume_sum / aabb_volume_sum : 0.0;
@@ -80,6 +85,8 @@ class Part {
   }
   /// The box of a node as an Obb.
   [[nodiscard]] Obb NodeBox(const BvhNode& n) const { return {n.center, NodeAxes(n), n.half}; }
+  /// The 4-wide single-precision hierarchy that CastRay and RayHitsAny walk.
+  [[nodiscard]] const RayBvh& ray_bvh() const { return ray_bvh_; }
   /// Hierarchy statistics.
   [[nodiscard]] const PartStats& stats() const { return stats_; }
   /// Bounds of the part in its frame.
@@ -92,6 +99,7 @@ class Part {
   std::vector<BvhNode> nodes_;
   std::vector<uint32_t> prims_;
   std::vector<Eigen::Matrix3f> rotations_;
+  RayBvh ray_bvh_;
   PartStats stats_;
 };
 
