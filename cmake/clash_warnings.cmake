@@ -6,5 +6,11 @@ function(clash_set_warnings target)
                                            -Wimplicit-fallthrough)
   if(CLASH_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
+    # GCC 12 (Debian 12's) reports -Wrestrict inside libstdc++'s inlined std::string code at
+    # -O2/-O3 where there is no overlap (GCC bug 105329): still shown, but not an error there.
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12
+       AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+      target_compile_options(${target} PRIVATE -Wno-error=restrict)
+    endif()
   endif()
 endfunction()
