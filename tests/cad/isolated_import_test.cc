@@ -125,6 +125,89 @@ class IsolatedImportTest : public ::testing::Test {
     return limits;
   }
 
+  // Each injected worker fault (and limit) with `limits` (fresh workers or a pool) maps to its
+  // status; shared by the fresh-worker tests and the pooled one.
+  void ExpectCrashIsInvalidArgument(const IsolationLimits& limits) {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "crash");
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         "import worker crashed (signal 11, SIGSEGV) reading box.step"));
+  }
+  void ExpectExitIsInvalidArgument(const IsolationLimits& limits) {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "exit");
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kInvalidArgument, "exited with code 3"));
+  }
+  void ExpectGarbageIsInternalMalformed(const IsolationLimits& limits) {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "garbage");
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kInternal, "malformed worker output"));
+  }
+  void ExpectHangHitsTheWallClock(IsolationLimits limits) {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "hang");
+    limits.wall_seconds = 1;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, "wall-clock"));
+    const double elapsed = Seconds(std::chrono::steady_clock::now() - start).count();
+    EXPECT_GE(elapsed, 1.0);
+    EXPECT_LT(elapsed, 2.0);
+  }
+  void ExpectSpinHitsTheCpuLimit(IsolationLimits limits) {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "spin");
+    limits.cpu_seconds = 1;
+    limits.wall_seconds = 30;  // the machine may be busy: CPU time can lag the wall clock
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, "CPU limit"));
+  }
+  void ExpectOutOfMemoryIsResourceExhausted(IsolationLimits limits) {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "oom");
+    limits.address_space_bytes = std::size_t{256} << 20;
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kResourceExhausted, "out of memory"));
+  }
+  void ExpectOutputLimitIsResourceExhausted(IsolationLimits limits) {
+    limits.max_output_bytes = 200;  // the box needs about 800 bytes
+    EXPECT_THAT(ImportIsolated(box_, {}, limits),
+                StatusIs(absl::StatusCode::kResourceExhausted, "output limit"));
+  }
+  // 8 threads x 3 imports of the box with `limits` all succeed with the in-process mesh.
+  void ExpectConcurrentImportsAllSucceed(const IsolationLimits& limits) {
+    const absl::StatusOr<MeshBuffers> expected = ReadAndTessellate(box_, {});
+    ASSERT_THAT(expected, IsOk());
+    constexpr int kThreads = 8;
+    constexpr int kRounds = 3;
+    std::vector<absl::StatusOr<MeshBuffers>> results(kThreads * kRounds);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int r = 0; r < kRounds; ++r) {
+          results[t * kRounds + r] = ImportIsolated(box_, {}, limits);
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (const absl::StatusOr<MeshBuffers>& result : results) {
+      ASSERT_THAT(result, IsOk());
+      ExpectSameMesh(*result, *expected);
+    }
+  }
+  void ExpectCancelKillsTheWorkerWithinASecond(const IsolationLimits& limits) {
+    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "hang");
+    std::atomic<bool> cancel{false};
+    std::chrono::steady_clock::time_point cancelled_at;
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      cancelled_at = std::chrono::steady_clock::now();
+      cancel = true;
+    });
+    const absl::StatusOr<MeshBuffers> result = ImportIsolated(box_, {}, limits, &cancel);
+    const auto returned_at = std::chrono::steady_clock::now();
+    canceller.join();
+    EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, "cancelled"));
+    EXPECT_LT(Seconds(returned_at - cancelled_at).count(), 1.0);
+  }
+
   fs::path data_;
   fs::path tmp_;
   fs::path box_;
@@ -182,78 +265,33 @@ TEST_F(IsolatedImportTest, BadFilesAreInvalidArgument) {
   }
 }
 
-TEST_F(IsolatedImportTest, CrashIsInvalidArgument) {
-  ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "crash");
-  EXPECT_THAT(ImportIsolated(box_, {}, Limits()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "import worker crashed (signal 11, SIGSEGV) reading box.step"));
-}
+TEST_F(IsolatedImportTest, CrashIsInvalidArgument) { ExpectCrashIsInvalidArgument(Limits()); }
 
 TEST_F(IsolatedImportTest, ExitWithoutResultIsInvalidArgument) {
-  ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "exit");
-  EXPECT_THAT(ImportIsolated(box_, {}, Limits()),
-              StatusIs(absl::StatusCode::kInvalidArgument, "exited with code 3"));
+  ExpectExitIsInvalidArgument(Limits());
 }
 
-TEST_F(IsolatedImportTest, HangHitsTheWallClockLimit) {
-  ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "hang");
-  IsolationLimits limits = Limits();
-  limits.wall_seconds = 1;
-  const auto start = std::chrono::steady_clock::now();
-  EXPECT_THAT(ImportIsolated(box_, {}, limits),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, "wall-clock"));
-  const double elapsed = Seconds(std::chrono::steady_clock::now() - start).count();
-  EXPECT_GE(elapsed, 1.0);
-  EXPECT_LT(elapsed, 2.0);
-}
+TEST_F(IsolatedImportTest, HangHitsTheWallClockLimit) { ExpectHangHitsTheWallClock(Limits()); }
 
-TEST_F(IsolatedImportTest, SpinHitsTheCpuLimit) {
-  ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "spin");
-  IsolationLimits limits = Limits();
-  limits.cpu_seconds = 1;
-  limits.wall_seconds = 30;  // the machine may be busy: CPU time can lag the wall clock
-  EXPECT_THAT(ImportIsolated(box_, {}, limits),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, "CPU limit"));
-}
+TEST_F(IsolatedImportTest, SpinHitsTheCpuLimit) { ExpectSpinHitsTheCpuLimit(Limits()); }
 
 TEST_F(IsolatedImportTest, OutOfMemoryIsResourceExhausted) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "RLIMIT_AS is not applied in AddressSanitizer builds";
 #endif
-  ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "oom");
-  IsolationLimits limits = Limits();
-  limits.address_space_bytes = std::size_t{256} << 20;
-  EXPECT_THAT(ImportIsolated(box_, {}, limits),
-              StatusIs(absl::StatusCode::kResourceExhausted, "out of memory"));
+  ExpectOutOfMemoryIsResourceExhausted(Limits());
 }
 
 TEST_F(IsolatedImportTest, GarbageOutputIsInternalMalformed) {
-  ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "garbage");
-  EXPECT_THAT(ImportIsolated(box_, {}, Limits()),
-              StatusIs(absl::StatusCode::kInternal, "malformed worker output"));
+  ExpectGarbageIsInternalMalformed(Limits());
 }
 
 TEST_F(IsolatedImportTest, OutputLimitIsResourceExhausted) {
-  IsolationLimits limits = Limits();
-  limits.max_output_bytes = 200;  // the box needs about 800 bytes
-  EXPECT_THAT(ImportIsolated(box_, {}, limits),
-              StatusIs(absl::StatusCode::kResourceExhausted, "output limit"));
+  ExpectOutputLimitIsResourceExhausted(Limits());
 }
 
 TEST_F(IsolatedImportTest, CancelKillsTheWorkerWithinASecond) {
-  ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "hang");
-  std::atomic<bool> cancel{false};
-  std::chrono::steady_clock::time_point cancelled_at;
-  std::thread canceller([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    cancelled_at = std::chrono::steady_clock::now();
-    cancel = true;
-  });
-  const absl::StatusOr<MeshBuffers> result = ImportIsolated(box_, {}, Limits(), &cancel);
-  const auto returned_at = std::chrono::steady_clock::now();
-  canceller.join();
-  EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, "cancelled"));
-  EXPECT_LT(Seconds(returned_at - cancelled_at).count(), 1.0);
+  ExpectCancelKillsTheWorkerWithinASecond(Limits());
 }
 
 TEST_F(IsolatedImportTest, MissingWorkerIsFailedPrecondition) {
@@ -290,23 +328,7 @@ TEST_F(IsolatedImportTest, InvalidLimitsAreRejected) {
 }
 
 TEST_F(IsolatedImportTest, ConcurrentImportsAllSucceed) {
-  const absl::StatusOr<MeshBuffers> expected = ReadAndTessellate(box_, {});
-  ASSERT_THAT(expected, IsOk());
-  constexpr int kThreads = 8;
-  constexpr int kRounds = 3;
-  std::vector<absl::StatusOr<MeshBuffers>> results(kThreads * kRounds);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int r = 0; r < kRounds; ++r)
-        results[t * kRounds + r] = ImportIsolated(box_, {}, Limits());
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (const absl::StatusOr<MeshBuffers>& result : results) {
-    ASSERT_THAT(result, IsOk());
-    ExpectSameMesh(*result, *expected);
-  }
+  ExpectConcurrentImportsAllSucceed(Limits());
 }
 
 TEST_F(IsolatedImportTest, CorruptedRealFileReportMatchesInProcess) {
@@ -587,81 +609,25 @@ TEST_F(WorkerPoolTest, PooledFailuresMapLikeFreshOnes) {
   WorkerPool pool(PoolOptions(1));
   std::uint64_t jobs = 0;
   const auto expect_pooled = [&] { EXPECT_EQ(pool.jobs_dispatched(), ++jobs); };
-  {
-    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "crash");
-    EXPECT_THAT(ImportIsolated(box_, {}, PoolLimits(pool)),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         "import worker crashed (signal 11, SIGSEGV) reading box.step"));
-    expect_pooled();
-  }
-  {
-    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "exit");
-    EXPECT_THAT(ImportIsolated(box_, {}, PoolLimits(pool)),
-                StatusIs(absl::StatusCode::kInvalidArgument, "exited with code 3"));
-    expect_pooled();
-  }
-  {
-    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "garbage");
-    EXPECT_THAT(ImportIsolated(box_, {}, PoolLimits(pool)),
-                StatusIs(absl::StatusCode::kInternal, "malformed worker output"));
-    expect_pooled();
-  }
-  {
-    // The wall clock starts when the job is handed over, not when the worker was started.
-    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "hang");
-    IsolationLimits limits = PoolLimits(pool);
-    limits.wall_seconds = 1;
-    const auto start = std::chrono::steady_clock::now();
-    EXPECT_THAT(ImportIsolated(box_, {}, limits),
-                StatusIs(absl::StatusCode::kDeadlineExceeded, "wall-clock"));
-    const double elapsed = Seconds(std::chrono::steady_clock::now() - start).count();
-    EXPECT_GE(elapsed, 1.0);
-    EXPECT_LT(elapsed, 2.0);
-    expect_pooled();
-  }
-  {
-    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "spin");
-    IsolationLimits limits = PoolLimits(pool);
-    limits.cpu_seconds = 1;
-    limits.wall_seconds = 30;
-    EXPECT_THAT(ImportIsolated(box_, {}, limits),
-                StatusIs(absl::StatusCode::kDeadlineExceeded, "CPU limit"));
-    expect_pooled();
-  }
+  ExpectCrashIsInvalidArgument(PoolLimits(pool));
+  expect_pooled();
+  ExpectExitIsInvalidArgument(PoolLimits(pool));
+  expect_pooled();
+  ExpectGarbageIsInternalMalformed(PoolLimits(pool));
+  expect_pooled();
+  // The wall clock starts when the job is handed over, not when the worker was started.
+  ExpectHangHitsTheWallClock(PoolLimits(pool));
+  expect_pooled();
+  ExpectSpinHitsTheCpuLimit(PoolLimits(pool));
+  expect_pooled();
 #if !defined(__SANITIZE_ADDRESS__)
-  {
-    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "oom");
-    IsolationLimits limits = PoolLimits(pool);
-    limits.address_space_bytes = std::size_t{256} << 20;
-    EXPECT_THAT(ImportIsolated(box_, {}, limits),
-                StatusIs(absl::StatusCode::kResourceExhausted, "out of memory"));
-    expect_pooled();
-  }
+  ExpectOutOfMemoryIsResourceExhausted(PoolLimits(pool));
+  expect_pooled();
 #endif
-  {
-    IsolationLimits limits = PoolLimits(pool);
-    limits.max_output_bytes = 200;
-    EXPECT_THAT(ImportIsolated(box_, {}, limits),
-                StatusIs(absl::StatusCode::kResourceExhausted, "output limit"));
-    expect_pooled();
-  }
-  {
-    ScopedEnv fault("CLASH_WORKER_TEST_FAULT", "hang");
-    const IsolationLimits limits = PoolLimits(pool);
-    std::atomic<bool> cancel{false};
-    std::chrono::steady_clock::time_point cancelled_at;
-    std::thread canceller([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      cancelled_at = std::chrono::steady_clock::now();
-      cancel = true;
-    });
-    const absl::StatusOr<MeshBuffers> result = ImportIsolated(box_, {}, limits, &cancel);
-    const auto returned_at = std::chrono::steady_clock::now();
-    canceller.join();
-    EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, "cancelled"));
-    EXPECT_LT(Seconds(returned_at - cancelled_at).count(), 1.0);
-    expect_pooled();
-  }
+  ExpectOutputLimitIsResourceExhausted(PoolLimits(pool));
+  expect_pooled();
+  ExpectCancelKillsTheWorkerWithinASecond(PoolLimits(pool));
+  expect_pooled();
   // The worker's own errors come back as they are.
   EXPECT_THAT(ImportIsolated((data_ / "missing.step").string(), {}, PoolLimits(pool)),
               StatusIs(absl::StatusCode::kNotFound, "missing.step"));
@@ -685,24 +651,8 @@ TEST_F(WorkerPoolTest, AnotherExecutableOrAnEmptyPoolStartsAFreshWorker) {
 }
 
 TEST_F(WorkerPoolTest, ConcurrentPooledImportsAllSucceed) {
-  const absl::StatusOr<MeshBuffers> expected = ReadAndTessellate(box_, {});
-  ASSERT_THAT(expected, IsOk());
   WorkerPool pool(PoolOptions(2));
-  const IsolationLimits limits = PoolLimits(pool);
-  constexpr int kThreads = 8;
-  constexpr int kRounds = 3;
-  std::vector<absl::StatusOr<MeshBuffers>> results(kThreads * kRounds);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int r = 0; r < kRounds; ++r) results[t * kRounds + r] = ImportIsolated(box_, {}, limits);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (const absl::StatusOr<MeshBuffers>& result : results) {
-    ASSERT_THAT(result, IsOk());
-    ExpectSameMesh(*result, *expected);
-  }
+  ExpectConcurrentImportsAllSucceed(PoolLimits(pool));
   EXPECT_GE(pool.jobs_dispatched(), 2u);  // the rest may have found the pool empty
 }
 

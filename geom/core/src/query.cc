@@ -310,25 +310,31 @@ struct ClosestHit {
   }
 }
 
+// Walks the leaves a prepared ray (part frame) enters, nearest first: the single-precision ray
+// hierarchy when it can bound the ray, else the double-precision one (rays with a near-zero
+// direction component, parts reaching beyond the float range). `leaf(first, count, &t_max)`
+// gets a range of primitive slots, may shrink t_max, and returns true to stop.
+template <typename LeafFn>
+void WalkRayLeaves(const Part& part, const internal::PreparedRay& r, double* t_max, LeafFn&& leaf) {
+  const internal::PreparedRayF rf(r, part.ray_bvh().ref());
+  if (rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef) {
+    internal::WalkRayBvh(part.ray_bvh(), rf, r.t_min, t_max, leaf);
+  } else {
+    WalkRay(part, r, t_max,
+            [&](const BvhNode& n, double* tm) { return leaf(n.index, n.Count(), tm); });
+  }
+}
+
 }  // namespace
 
 std::optional<RayHit> CastRay(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) {
   const internal::PreparedRay r(ray_W.Transformed(X_WP.Inverse()));
   double t_max = r.t_max;
   ClosestHit best;
-  const internal::PreparedRayF rf(r, part.ray_bvh().ref());
-  if (rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef) {
-    internal::WalkRayBvh(part.ray_bvh(), rf, r.t_min, &t_max,
-                         [&](uint32_t first, uint32_t count, double* tm) {
-                           TestLeafClosest(part, r, first, count, tm, &best);
-                           return false;
-                         });
-  } else {  // rays (or parts) single precision cannot bound: the double-precision hierarchy
-    WalkRay(part, r, &t_max, [&](const BvhNode& n, double* tm) {
-      TestLeafClosest(part, r, n.index, n.Count(), tm, &best);
-      return false;
-    });
-  }
+  WalkRayLeaves(part, r, &t_max, [&](uint32_t first, uint32_t count, double* tm) {
+    TestLeafClosest(part, r, first, count, tm, &best);
+    return false;
+  });
   if (!best.found) return std::nullopt;
   RayHit hit{best.t, best.id, part.mesh().tags()[best.id], ray_W.At(best.t), Vec3::Zero()};
   hit.normal_W = X_WP.R * part.mesh().triangle(best.id).RawNormal().normalized();
@@ -339,7 +345,7 @@ bool RayHitsAny(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) 
   const internal::PreparedRay r(ray_W.Transformed(X_WP.Inverse()));
   double t_max = r.t_max;
   bool hit = false;
-  auto any = [&](uint32_t first, uint32_t count) {
+  WalkRayLeaves(part, r, &t_max, [&](uint32_t first, uint32_t count, double*) {
     const auto& tris = part.mesh().triangles();
     const auto& v = part.mesh().vertices();
     for (uint32_t s = first; s < first + count; ++s) {
@@ -350,15 +356,7 @@ bool RayHitsAny(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) 
       }
     }
     return false;
-  };
-  const internal::PreparedRayF rf(r, part.ray_bvh().ref());
-  if (rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef) {
-    internal::WalkRayBvh(
-        part.ray_bvh(), rf, r.t_min, &t_max,
-        [&](uint32_t first, uint32_t count, double*) { return any(first, count); });
-  } else {
-    WalkRay(part, r, &t_max, [&](const BvhNode& n, double*) { return any(n.index, n.Count()); });
-  }
+  });
   return hit;
 }
 
