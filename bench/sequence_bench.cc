@@ -573,7 +573,7 @@ void BM_Clash(benchmark::State& state, const std::string& name) {
       o.contact_mm = c.tau;
       const geom::SweepResult r = geom::Sweep(*c.moving, *c.motion, c.obstacles, o);
       mismatches += r.blocked != c.exact.blocked || r.t_contact != c.exact.t_contact;
-      queries += static_cast<double>(r.distance_queries);
+      queries += static_cast<double>(r.distance_queries + r.directional_queries);
       benchmark::DoNotOptimize(r.t_contact);
     }
   }

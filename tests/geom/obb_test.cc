@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "clash/geom/triangle.h"
@@ -109,6 +110,54 @@ TEST(Obb, DistanceLowerBoundNeverExceedsTrueDistance) {
   EXPECT_DOUBLE_EQ(
       BoxDistanceLowerBound(Vec3(1, 1, 1), Vec3(1, 1, 1), Mat3::Identity(), Vec3(5, 6, 0)),
       5.0);  // gaps (3, 4, 0)
+}
+
+TEST(Obb, SeparationTravelKeepsTheMarginAndIsExactForAlignedBoxes) {
+  auto rng = SeededRng(33);
+  int zero = 0, never = 0, finite = 0;
+  const int trials = testing::Trials(300, 60);
+  for (int i = 0; i < trials; ++i) {
+    Obb a = RandomObb(rng), b = RandomObb(rng);
+    if (i % 4 == 0) a.axes = b.axes = Mat3::Identity();
+    b.center *= 2.0;
+    // b moves roughly towards a (unit: travel is distance); some pass it by.
+    const Vec3 u = (a.center - b.center + RandomPoint(rng, 3.0)).normalized();
+    const double margin = i % 3 == 0 ? 0.0 : Uniform(rng, 0.0, 0.5);
+    const Mat3 R = a.axes.transpose() * b.axes;
+    const Vec3 t = a.axes.transpose() * (b.center - a.center);
+    const Vec3 w = a.axes.transpose() * u;
+    const double s = BoxSeparationTravel(a.half, b.half, R, t, w, margin);
+    ASSERT_GE(s, 0.0);
+    if (s == 0.0) {
+      ++zero;
+      continue;
+    }
+    const double top = std::isfinite(s) ? s : 20.0;
+    for (int k = 0; k < 16; ++k) {
+      Obb moved = b;
+      moved.center += top * k / 16.0 * u;
+      EXPECT_FALSE(OverlapByTriangles(a, moved)) << "trial " << i;
+      EXPECT_GT(DistanceByTriangles(a, moved), margin - 1e-9) << "trial " << i << " k " << k;
+    }
+    if (!std::isfinite(s)) {
+      ++never;
+      continue;
+    }
+    ++finite;
+    Obb at = b;
+    at.center += s * u;
+    if (margin == 0.0 && R.isIdentity()) {
+      EXPECT_LT(DistanceByTriangles(a, at), 1e-9) << "trial " << i;  // exact: touching at s
+    }
+    EXPECT_GE(BoxSeparationTravel(a.half, b.half, R, t, w, margin, 0.5 * s), 0.5 * s);
+    EXPECT_EQ(BoxSeparationTravel(a.half, b.half, R, t, w, margin, 2.0 * s), s);
+  }
+  ::testing::Test::RecordProperty("zero", zero);
+  ::testing::Test::RecordProperty("never", never);
+  ::testing::Test::RecordProperty("finite", finite);
+  EXPECT_GT(zero, trials / 20);
+  EXPECT_GT(never, trials / 10);
+  EXPECT_GT(finite, trials / 4);
 }
 
 TEST(Obb, FitOnAxesContainsPoints) {

@@ -203,6 +203,66 @@ TEST_P(QueryOracle, ClosestPointAgreesWithAllTriangles) {
             std::numeric_limits<double>::infinity());
 }
 
+TEST_P(QueryOracle, FreeTranslationAgreesWithAllPairs) {
+  auto rng = SeededRng(91 + static_cast<int>(GetParam()));
+  constexpr double kMaxTravel = 20;
+  int zero = 0, capped = 0, between = 0, exact = 0;
+  const int trials = testing::Trials(60, 15);
+  for (int i = 0; i < trials; ++i) {
+    Scenario s = MakeScenario(rng, GetParam(), 22, i % 3 == 0);
+    // a moves roughly towards b; some pass it by.
+    const Vec3 c_a = s.X_WA * s.a->bounds().Center(), c_b = s.X_WB * s.b->bounds().Center();
+    const Vec3 u = (c_b - c_a + RandomPoint(rng, 25)).normalized();
+    const double margin = i % 2 == 0 ? 0.0 : Uniform(rng, 0.0, 1.0);
+    // The oracle: every triangle pair, b's triangles in a's frame, b moving by -u there; with
+    // the margin asked and with 0 (then each pair's bound is its exact travel to contact).
+    const RigidTransform X_AB = s.X_WA.Inverse() * s.X_WB;
+    const Vec3 w_A = -(s.X_WA.R.transpose() * u);
+    double pairs_min = kMaxTravel, contact = kMaxTravel;
+    for (std::size_t p = 0; p < s.a->mesh().num_triangles(); ++p) {
+      const Triangle ta = s.a->mesh().triangle(p);
+      for (std::size_t q = 0; q < s.b->mesh().num_triangles(); ++q) {
+        const Triangle tb = s.b->mesh().triangle(q);
+        const Triangle tb_A = {X_AB * tb.a, X_AB * tb.b, X_AB * tb.c};
+        pairs_min = std::min(pairs_min, TriangleSeparationTravel(ta, tb_A, w_A, margin));
+        contact = std::min(contact, TriangleSeparationTravel(ta, tb_A, w_A, 0.0));
+      }
+    }
+    const double got = FreeTranslation(*s.a, s.X_WA, *s.b, s.X_WB, u, margin, kMaxTravel);
+    // Never below the pairs' bounds (pruning by boxes only skips pairs that cannot come within
+    // the margin sooner), never beyond contact; at the margin 0 exactly the contact travel.
+    EXPECT_GE(got, pairs_min - 1e-12 * (1 + pairs_min)) << "trial " << i;
+    EXPECT_LE(got, contact + 1e-12 * (1 + contact)) << "trial " << i;
+    if (margin == 0.0) {
+      ASSERT_NEAR(got, contact, 1e-12 * (1 + contact)) << "trial " << i;
+      ++exact;
+    }
+    // Sound: a translated by less than that stays more than the margin from b, and at the
+    // margin 0 it touches b at the answer.
+    for (int k = 0; k < 8 && got > 0; ++k) {
+      const RigidTransform X = RigidTransform::Translation(got * k / 8.0 * u) * s.X_WA;
+      EXPECT_GT(Distance(*s.a, X, *s.b, s.X_WB).distance, margin - 1e-9) << "trial " << i;
+    }
+    if (margin == 0.0 && got > 0 && got < kMaxTravel) {
+      const RigidTransform X = RigidTransform::Translation(got * u) * s.X_WA;
+      EXPECT_LT(Distance(*s.a, X, *s.b, s.X_WB).distance, 1e-9) << "trial " << i;
+    }
+    // The early stop: a bound not above min_travel gives 0, one above it is unchanged.
+    if (got > 0) {
+      EXPECT_EQ(FreeTranslation(*s.a, s.X_WA, *s.b, s.X_WB, u, margin, kMaxTravel, got), 0.0);
+      EXPECT_EQ(FreeTranslation(*s.a, s.X_WA, *s.b, s.X_WB, u, margin, kMaxTravel, 0.5 * got), got);
+    }
+    ++*(got == 0 ? &zero : got == kMaxTravel ? &capped : &between);
+  }
+  ::testing::Test::RecordProperty("zero", zero);
+  ::testing::Test::RecordProperty("capped", capped);
+  ::testing::Test::RecordProperty("between", between);
+  EXPECT_GT(zero, trials / 10);
+  EXPECT_GT(capped, trials / 10);
+  EXPECT_GT(between, trials / 4);
+  EXPECT_GE(exact, trials / 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllModes, QueryOracle,
                          ::testing::Values(BvMode::kAdaptive, BvMode::kAabbOnly, BvMode::kObbOnly),
                          [](const ::testing::TestParamInfo<BvMode>& param_info) {

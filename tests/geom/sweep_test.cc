@@ -81,10 +81,11 @@ struct PegThroughHole {
     peg = MakeBox(Vec3(w, w, kPegHalfLength)).Part();
     X0 = At(Vec3(0, 0, kPlateThick / 2 + kGap + kPegHalfLength));
   }
-  SweepResult Run(double tau) const {
+  SweepResult Run(double tau) const { return Run(Contact(tau)); }
+  SweepResult Run(const SweepOptions& options) const {
     const Motion m = Ok(Motion::Linear(X0, -Vec3::UnitZ(), travel));
     const SweepObstacle obstacles[] = {{plate.get(), RigidTransform::Identity(), 7}};
-    return Sweep(*peg, m, obstacles, Contact(tau));
+    return Sweep(*peg, m, obstacles, options);
   }
 };
 
@@ -97,11 +98,37 @@ TEST(Sweep, PegPassesThroughAHoleWithClearance) {
   EXPECT_FALSE(r.exhausted);
   EXPECT_EQ(r.t_contact, 1.0);
   EXPECT_EQ(r.first_touch_t, -1.0);
-  EXPECT_NEAR(r.min_distance, 0.15, 1e-9);
+  // The walls of the hole do not approach the peg's sides: one directional step takes the peg
+  // from the mouth of the hole through it (distance steps of at most 0.15 would take 300).
+  EXPECT_GE(r.directional_steps, 1);
+  EXPECT_LE(r.iterations, 6);
+  // Checked where it entered, at most twice the true minimum; the bound says at least τ/2 and
+  // half the distance at the start of the directional step.
+  EXPECT_GE(r.min_distance, 0.15 - 1e-9);
+  EXPECT_LE(r.min_distance, 0.30);
   EXPECT_EQ(r.min_distance_id, 7u);
   EXPECT_LE(r.min_distance_lower_bound, 0.15);
   EXPECT_GE(r.min_distance_lower_bound, kTau / 2 - 1e-12);  // far mode keeps τ/2
   ExpectPoseNear(r.X_contact, At(Vec3(0, 0, -(2.5 + 10 + 20))), "end pose");
+
+  // With a clearance of 0.5 the approach below it is sampled finely: the minimum is exact.
+  SweepOptions with_clearance = Contact(kTau);
+  with_clearance.clearance_mm = 0.5;
+  const SweepResult c = clear.Run(with_clearance);
+  EXPECT_FALSE(c.blocked);
+  EXPECT_NEAR(c.min_distance, 0.15, 1e-9);
+  EXPECT_GE(c.min_distance_lower_bound, 0.15 - 0.125 - 1e-9);  // resolution C/4
+  EXPECT_GT(c.iterations, 45 / 0.125);
+
+  // The same path with the directional steps' answer checked against a dense scan of exact
+  // distances: nowhere between the checked poses does the peg come closer than τ/2.
+  const Motion m = Ok(Motion::Linear(clear.X0, -Vec3::UnitZ(), clear.travel));
+  for (int i = 0; i <= 900; ++i) {
+    const double d =
+        Distance(*clear.peg, m.PoseAt(i / 900.0), *clear.plate, RigidTransform::Identity())
+            .distance;
+    EXPECT_GE(d, r.min_distance_lower_bound - 1e-12) << i;
+  }
 
   // Clearance 0.05 < τ: the peg slides through touching the walls (near mode), not blocked.
   const PegThroughHole tight(5.0, 5.0 + 0.05);
@@ -146,7 +173,9 @@ TEST(Sweep, RoundPegAndHole) {
     const PartPtr plate = MakeTube(5.2, 30, 5, kSegments).Part();
     SweepObstacle o = plate_at_origin;
     o.part = plate.get();
-    const SweepResult r = Sweep(*peg, m, {&o, 1}, Contact(kTau));
+    SweepOptions options = Contact(kTau);
+    options.clearance_mm = 1.0;  // so that the minimum inside the hole is sampled
+    const SweepResult r = Sweep(*peg, m, {&o, 1}, options);
     EXPECT_FALSE(r.blocked);
     EXPECT_NEAR(r.min_distance, 0.2 * std::cos(kPi / kSegments), 1e-9);
   }

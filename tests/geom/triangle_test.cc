@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "testing/random_geometry.h"
 
 namespace clash::geom {
@@ -266,6 +268,57 @@ TEST(TriangleTriangle, DistanceBeatsSamplingAndWitnessesAreConsistent) {
     EXPECT_NEAR(e.distance, d.distance, 1e-12);
   }
   EXPECT_GT(separated, 100);
+}
+
+Triangle Moved(const Triangle& t, const Vec3& d) { return {t.a + d, t.b + d, t.c + d}; }
+
+TEST(TriangleTriangle, SeparationTravelKeepsTheMarginAndIsExactAtMarginZero) {
+  auto rng = SeededRng(46);
+  int zero = 0, never = 0, finite = 0;
+  const int trials = 600;
+  for (int i = 0; i < trials; ++i) {
+    const Triangle x = RandomTriangle(rng, 1),
+                   y = RandomTriangle(rng, 1, RandomPoint(rng, i % 5 == 0 ? 0.5 : 2.5));
+    // y moves roughly towards x (unit: travel is distance); some pass it by.
+    const Vec3 w = (x.Centroid() - y.Centroid() + RandomPoint(rng, 1.5)).normalized();
+    const double margin = i % 2 ? 0.0 : Uniform(rng, 0.0, 0.3);
+    const double s = TriangleSeparationTravel(x, y, w, margin);
+    ASSERT_GE(s, 0.0);
+    if (s == 0.0) {
+      ++zero;
+      continue;
+    }
+    // Sound: over the travels below s, y moved along w stays more than the margin away.
+    const double top = std::isfinite(s) ? s : 10.0;
+    for (int k = 0; k < 40; ++k) {
+      const double travel = top * k / 40.0;
+      EXPECT_GT(DistanceTriangles(x, Moved(y, travel * w)).distance, margin - 1e-9)
+          << "trial " << i << " travel " << travel << " of " << s;
+    }
+    if (!std::isfinite(s)) {
+      ++never;
+      continue;
+    }
+    ++finite;
+    // Exact at margin 0 (the axes hold every face normal of the Minkowski difference of two
+    // triangles in general position): they touch at s. With a margin, within it at s.
+    const double at = DistanceTriangles(x, Moved(y, s * w)).distance;
+    if (margin == 0.0) {
+      EXPECT_LT(at, 1e-9) << "trial " << i;
+    } else {
+      EXPECT_GE(at, margin - 1e-9) << "trial " << i;
+    }
+    // The early exit: asked to stop at a target, the answer is at least the target.
+    EXPECT_GE(TriangleSeparationTravel(x, y, w, margin, 0.5 * s), 0.5 * s);
+    EXPECT_EQ(TriangleSeparationTravel(x, y, w, margin, 2.0 * s), s);
+  }
+  // Hit-rate window: touching now, never, and later all occur in quantity.
+  ::testing::Test::RecordProperty("zero", zero);
+  ::testing::Test::RecordProperty("never", never);
+  ::testing::Test::RecordProperty("finite", finite);
+  EXPECT_GT(zero, trials / 20);
+  EXPECT_GT(never, trials / 10);
+  EXPECT_GT(finite, trials / 4);
 }
 
 }  // namespace

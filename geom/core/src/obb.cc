@@ -1,7 +1,10 @@
 #include "clash/geom/obb.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "separation_internal.h"
 
 namespace clash::geom {
 
@@ -61,6 +64,37 @@ bool Overlaps(const Obb& a, const Obb& b) {
   return BoxesOverlap(a.half, b.half, R, t);
 }
 
+namespace {
+
+// One edge-edge separating axis L = a_i x b_j of two boxes (Ericson 4.4.1), in a's box frame:
+// |L|^2 = 1 - R_ij^2 and the boxes' projected radii on L (both scaled by |L|).
+struct EdgeEdgeAxis {
+  const Mat3& R;
+  int i1, i2, j;
+  double len2, radii;
+  // v . L for a vector v in a's box frame (scaled by |L|).
+  [[nodiscard]] double Project(const Vec3& v) const { return v[i2] * R(i1, j) - v[i1] * R(i2, j); }
+};
+
+// Calls fn(axis) for the nine edge-edge axes, skipping near-parallel pairs (short axes whose
+// direction is mostly rounding); stops when fn returns true.
+template <typename Fn>
+void ForEdgeEdgeAxes(const Vec3& ha, const Vec3& hb, const Mat3& R, const Mat3& AbsR, Fn&& fn) {
+  for (int i = 0; i < 3; ++i) {
+    const int i1 = (i + 1) % 3, i2 = (i + 2) % 3;
+    for (int j = 0; j < 3; ++j) {
+      const int j1 = (j + 1) % 3, j2 = (j + 2) % 3;
+      const double len2 = 1.0 - R(i, j) * R(i, j);
+      if (len2 < 1e-6) continue;
+      const double ra = ha[i1] * AbsR(i2, j) + ha[i2] * AbsR(i1, j);
+      const double rb = hb[j1] * AbsR(i, j2) + hb[j2] * AbsR(i, j1);
+      if (fn(EdgeEdgeAxis{R, i1, i2, j, len2, ra + rb})) return;
+    }
+  }
+}
+
+}  // namespace
+
 double BoxDistanceLowerBound(const Vec3& ha, const Vec3& hb, const Mat3& R, const Vec3& t,
                              double target) {
   const Mat3 AbsR = R.cwiseAbs();
@@ -73,25 +107,40 @@ double BoxDistanceLowerBound(const Vec3& ha, const Vec3& hb, const Mat3& R, cons
       lb2,
       ((R.transpose() * t).cwiseAbs() - hb - AbsR.transpose() * ha).cwiseMax(0.0).squaredNorm());
   if (lb2 >= target2) return std::sqrt(lb2);
-  // Edge-edge axes a_i x b_j (Ericson 4.4.1): projected centre distance minus both radii,
-  // over the axis length sqrt(1 - R_ij^2), compared squared. Near-parallel pairs (short
-  // axes) are skipped.
-  for (int i = 0; i < 3; ++i) {
-    const int i1 = (i + 1) % 3, i2 = (i + 2) % 3;
-    for (int j = 0; j < 3; ++j) {
-      const int j1 = (j + 1) % 3, j2 = (j + 2) % 3;
-      const double len2 = 1.0 - R(i, j) * R(i, j);
-      if (len2 < 1e-6) continue;
-      const double ra = ha[i1] * AbsR(i2, j) + ha[i2] * AbsR(i1, j);
-      const double rb = hb[j1] * AbsR(i, j2) + hb[j2] * AbsR(i, j1);
-      const double gap = std::abs(t[i2] * R(i1, j) - t[i1] * R(i2, j)) - ra - rb;
-      if (gap > 0 && gap * gap > lb2 * len2) {
-        lb2 = gap * gap / len2;
-        if (lb2 >= target2) return std::sqrt(lb2);
-      }
+  // Edge-edge axes: projected centre distance minus both radii, over the axis length, compared
+  // squared.
+  ForEdgeEdgeAxes(ha, hb, R, AbsR, [&](const EdgeEdgeAxis& L) {
+    const double gap = std::abs(L.Project(t)) - L.radii;
+    if (gap > 0 && gap * gap > lb2 * L.len2) {
+      lb2 = gap * gap / L.len2;
+      return lb2 >= target2;
     }
-  }
+    return false;
+  });
   return std::sqrt(lb2);
+}
+
+double BoxSeparationTravel(const Vec3& ha, const Vec3& hb, const Mat3& R, const Vec3& t,
+                           const Vec3& w, double margin, double target) {
+  const Mat3 AbsR = R.cwiseAbs();
+  internal::TravelWindow window;
+  // Axes of a: b's projected radius is |R| hb.
+  const Vec3 rb_on_a = AbsR * hb;
+  for (int i = 0; i < 3; ++i) {
+    window.Axis(t[i], ha[i] + rb_on_a[i], w[i], margin);
+    if (window.AtLeast(target)) return window.First();
+  }
+  // Axes of b: centre offset and motion in b's frame.
+  const Vec3 t_b = R.transpose() * t, w_b = R.transpose() * w, ra_on_b = AbsR.transpose() * ha;
+  for (int j = 0; j < 3; ++j) {
+    window.Axis(t_b[j], hb[j] + ra_on_b[j], w_b[j], margin);
+    if (window.AtLeast(target)) return window.First();
+  }
+  ForEdgeEdgeAxes(ha, hb, R, AbsR, [&](const EdgeEdgeAxis& L) {
+    window.Axis(L.Project(t), L.radii, L.Project(w), margin * std::sqrt(L.len2));
+    return window.AtLeast(target);
+  });
+  return window.First();
 }
 
 Obb FitObbOnAxes(std::span<const Vec3> points, const Mat3& axes) {

@@ -7,6 +7,7 @@
 
 #include "ray_bvh_internal.h"
 #include "ray_internal.h"
+#include "separation_internal.h"
 
 namespace clash::geom {
 namespace {
@@ -81,6 +82,23 @@ struct PairFrame {
     Vec3 t;
     Relative(na, nb, &R, &t);
     return BoxDistanceLowerBound(na.half, nb.half, R, t, target);
+  }
+
+  // Lower bound of the travel of box b along w_A (a's frame, per mm) before it comes within
+  // `margin` of box a (BoxSeparationTravel; interval tests on the fast path).
+  double SeparationTravel(const BvhNode& na, const BvhNode& nb, const Vec3& w_A, double margin,
+                          double target) const {
+    if (identity && !na.IsObb() && !nb.IsObb()) {
+      const Vec3 c = nb.center + X_AB.t - na.center;
+      internal::TravelWindow window;
+      for (int i = 0; i < 3; ++i) window.Axis(c[i], na.half[i] + nb.half[i], w_A[i], margin);
+      return window.First();
+    }
+    Mat3 R;
+    Vec3 t;
+    Relative(na, nb, &R, &t);
+    const Vec3 w = na.IsObb() ? Vec3(a.NodeAxes(na).transpose() * w_A) : w_A;
+    return BoxSeparationTravel(na.half, nb.half, R, t, w, margin, target);
   }
 
   // Triangle j of b in a's frame.
@@ -518,10 +536,12 @@ Containment FindContainment(const Part& a, const RigidTransform& X_WA, const Par
 
 namespace {
 
-// Best-first distance walk: pairs whose lower bound is not below `*best` are pruned.
+// Best-first walk by a lower bound of some quantity (a distance, a travel) that the leaves
+// compute exactly: pairs whose bound(na, nb, target) is not below `*best` are pruned.
 // `leaf(na, nb)` updates *best; returns true to stop.
-template <typename LeafFn>
-void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, LeafFn&& leaf) {
+template <typename BoundFn, typename LeafFn>
+void ForLeavesBelow(const PairFrame& f, const double* best, bool inclusive, BoundFn&& bound,
+                    LeafFn&& leaf) {
   const auto& A = f.a.nodes();
   const auto& B = f.b.nodes();
   auto pruned = [&](double lb) { return inclusive ? lb > *best : lb >= *best; };
@@ -530,7 +550,7 @@ void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, Leaf
     double lb;
   } stack[kPairStack];
   int sp = 0;
-  const double root_lb = f.LowerBound(A[0], B[0], *best);
+  const double root_lb = bound(A[0], B[0], *best);
   if (pruned(root_lb)) return;
   stack[sp++] = {0, 0, root_lb};
   while (sp > 0) {
@@ -549,15 +569,15 @@ void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, Leaf
     if (!na.IsLeaf() && !nb.IsLeaf()) {
       for (uint32_t ca = na.index; ca <= na.index + 1; ++ca) {
         for (uint32_t cb = nb.index; cb <= nb.index + 1; ++cb) {
-          c[n++] = {ca, cb, f.LowerBound(A[ca], B[cb], *best)};
+          c[n++] = {ca, cb, bound(A[ca], B[cb], *best)};
         }
       }
     } else if (nb.IsLeaf()) {
-      c[n++] = {na.index, e.ib, f.LowerBound(A[na.index], nb, *best)};
-      c[n++] = {na.index + 1, e.ib, f.LowerBound(A[na.index + 1], nb, *best)};
+      c[n++] = {na.index, e.ib, bound(A[na.index], nb, *best)};
+      c[n++] = {na.index + 1, e.ib, bound(A[na.index + 1], nb, *best)};
     } else {
-      c[n++] = {e.ia, nb.index, f.LowerBound(na, B[nb.index], *best)};
-      c[n++] = {e.ia, nb.index + 1, f.LowerBound(na, B[nb.index + 1], *best)};
+      c[n++] = {e.ia, nb.index, bound(na, B[nb.index], *best)};
+      c[n++] = {e.ia, nb.index + 1, bound(na, B[nb.index + 1], *best)};
     }
     for (int k = 1; k < n; ++k) {  // insertion sort, farthest first (at most 4 entries)
       for (int m = k; m > 0 && c[m - 1].lb < c[m].lb; --m) std::swap(c[m - 1], c[m]);
@@ -569,6 +589,17 @@ void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, Leaf
       }
     }
   }
+}
+
+// Best-first distance walk (ForLeavesBelow with the node boxes' distance bound).
+template <typename LeafFn>
+void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, LeafFn&& leaf) {
+  ForLeavesBelow(
+      f, best, inclusive,
+      [&f](const BvhNode& na, const BvhNode& nb, double target) {
+        return f.LowerBound(na, nb, target);
+      },
+      leaf);
 }
 
 }  // namespace
@@ -656,6 +687,33 @@ bool WithinDistance(const Part& a, const RigidTransform& X_WA, const Part& b,
     return false;
   });
   return within;
+}
+
+double FreeTranslation(const Part& a, const RigidTransform& X_WA, const Part& b,
+                       const RigidTransform& X_WB, const Vec3& u_W, double margin_mm,
+                       double max_travel_mm, double min_travel_mm) {
+  if (!(max_travel_mm > 0.0) || !(max_travel_mm > min_travel_mm)) return 0.0;
+  const PairFrame f(a, X_WA, b, X_WB);
+  // a moving by s u is b moving by -s u in a's frame.
+  const Vec3 w_A = -(X_WA.R.transpose() * u_W);
+  double best = max_travel_mm;
+  ForLeavesBelow(
+      f, &best, false,
+      [&](const BvhNode& na, const BvhNode& nb, double target) {
+        return f.SeparationTravel(na, nb, w_A, margin_mm, target);
+      },
+      [&](const BvhNode& na, const BvhNode& nb) {
+        const LeafTriangles lb(f, nb);
+        for (uint32_t i = 0; i < na.Count(); ++i) {
+          const Triangle ta = a.mesh().triangle(a.prims()[na.index + i]);
+          for (uint32_t j = 0; j < lb.n; ++j) {
+            best = std::min(best, TriangleSeparationTravel(ta, lb.tri[j], w_A, margin_mm, best));
+            if (best <= min_travel_mm) return true;
+          }
+        }
+        return false;
+      });
+  return best <= min_travel_mm ? 0.0 : best;
 }
 
 }  // namespace clash::geom

@@ -14,6 +14,7 @@
 #include "clash/geom/adaptive_bv.h"
 #include "clash/geom/query.h"
 #include "clash/geom/sphere.h"
+#include "separation_internal.h"
 
 namespace clash::geom {
 namespace {
@@ -26,6 +27,12 @@ constexpr double kMinStepRelative = 1e-9;
 // Bisection of the first blocked parameter stops when the bracket's travel is at most this
 // fraction of τ.
 constexpr double kRefineFraction = 0.25;
+// With a profile requested, directional steps span at most this much of the parameter, so
+// that the profile has at least this many samples' worth of resolution.
+constexpr double kProfileStep = 1.0 / 64;
+// A directional step keeps every obstacle farther than this fraction of the distance at its
+// start (and than τ/2 or the clearance).
+constexpr double kDirectionalMarginRatio = 0.5;
 
 bool Blocks(ClashClass c) { return c == ClashClass::kHard || c == ClashClass::kContained; }
 
@@ -176,6 +183,32 @@ class Sweeper {
     return out;
   }
 
+  // Far mode of a linear motion: the parameter up to which the part, translated from X (at t),
+  // stays more than `margin` from every obstacle by FreeTranslation's directional bound.
+  // Obstacles are taken in the order Measure left (nearest box first); one whose world box
+  // cannot come within the margin before the best travel so far is skipped.
+  // Returns t when the bound is not beyond `floor` (a parameter the caller can reach anyway).
+  double DirectionalLimit(const RigidTransform& X, double t, double margin, double floor) {
+    const double length = motion_.amount();
+    const double floor_travel = (floor - t) * length;
+    const Vec3& u = motion_.direction();
+    double best = (1.0 - t) * length;
+    const Aabb box = moving_.bounds().Transformed(X);
+    const Vec3 c = box.Center(), h = 0.5 * box.Size();
+    for (std::size_t i : order_) {
+      const Vec3 oc = boxes_[i].Center(), oh = 0.5 * boxes_[i].Size();
+      internal::TravelWindow window;  // the moving box against the obstacle's
+      for (int k = 0; k < 3; ++k) window.Axis(c[k] - oc[k], h[k] + oh[k], u[k], margin);
+      if (window.First() >= best) continue;
+      const SweepObstacle& o = obstacles_[i];
+      best = std::min(best,
+                      FreeTranslation(moving_, X, *o.part, o.X_WO, u, margin, best, floor_travel));
+      ++result_.directional_queries;
+      if (best <= floor_travel) return t;
+    }
+    return std::min(1.0, t + best / length);
+  }
+
   // Bisection between the free lo and the blocked hi (blocked by `blockers`).
   void Refine(double lo, double hi, std::vector<Blocker> blockers) {
     while (motion_.MaxTravel(lo, hi, sphere_) > kRefineFraction * tau_step_) {
@@ -233,7 +266,8 @@ SweepResult Sweeper::Run() {
   double t = 0.0;
   double t_free = -1.0;
   // Distance and travel of the previous step, for the lower bound of the minimum distance.
-  double prev_d = kInf, prev_travel = 0.0;
+  // A directional step also guarantees its margin over the step.
+  double prev_d = kInf, prev_travel = 0.0, prev_margin = 0.0;
   bool have_prev = false;
   while (true) {
     if (StopRequested()) break;
@@ -252,7 +286,8 @@ SweepResult Sweeper::Run() {
     }
     // On the step from the previous pose every point moved at most prev_travel, so the
     // distance stayed within prev_travel of both ends' distances.
-    const double step_lower = have_prev ? std::max(prev_d, dist.min) - prev_travel : dist.min;
+    const double step_lower =
+        have_prev ? std::max(std::max(prev_d, dist.min) - prev_travel, prev_margin) : dist.min;
     result_.min_distance_lower_bound =
         std::min(result_.min_distance_lower_bound, std::max(step_lower, 0.0));
     if (options_.profile) result_.profile.emplace_back(t, dist.min);
@@ -277,12 +312,31 @@ SweepResult Sweeper::Run() {
     }
     t_free = t;
     if (t >= 1.0) break;
-    if (dist.near.empty() && dist.min < kInf) {
+    const bool far = dist.near.empty() && dist.min < kInf;
+    if (far) {
       // Far mode: the part stays at least τ/2 away from every obstacle over the step.
       budget = dist.min - tau_step_ / 2;
       if (clearance_ > 0) budget = std::min(budget, std::max(dist.min - clearance_, resolution_));
     }
-    const double next = motion_.AdvanceLimit(t, budget, sphere_);
+    double next = motion_.AdvanceLimit(t, budget, sphere_);
+    prev_margin = 0.0;
+    if (far && next < 1.0 && motion_.kind() == MotionKind::kLinear && motion_.amount() > 0) {
+      // A translation may go farther: as far as no obstacle can come within the margin the
+      // distance step keeps (τ/2, or C while farther than the clearance C), by separating axes,
+      // and not within half the current distance (so that the path's minimum distance is at
+      // least half the smallest distance at the checked poses).
+      const double base = clearance_ > 0 ? clearance_ : tau_step_ / 2;
+      if (dist.min > base) {
+        const double margin = std::max(base, kDirectionalMarginRatio * dist.min);
+        double limit = DirectionalLimit(X, t, margin, next);
+        if (options_.profile) limit = std::min(limit, t + kProfileStep);
+        if (limit > next) {
+          next = limit;
+          prev_margin = margin;
+          ++result_.directional_steps;
+        }
+      }
+    }
     if (!(next > t)) {
       result_.exhausted = true;  // the step fell below the spacing of doubles
       break;

@@ -7,6 +7,7 @@
 
 #include "clash/geom/aabb.h"
 #include "ray_internal.h"
+#include "separation_internal.h"
 
 namespace clash::geom {
 namespace {
@@ -334,6 +335,40 @@ TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2, doubl
   }
   best.distance = std::sqrt(best_d2);
   return best;
+}
+
+double TriangleSeparationTravel(const Triangle& t1, const Triangle& t2, const Vec3& w,
+                                double margin, double target) {
+  const Vec3 e1[3] = {t1.b - t1.a, t1.c - t1.b, t1.a - t1.c};
+  const Vec3 e2[3] = {t2.b - t2.a, t2.c - t2.b, t2.a - t2.c};
+  const Vec3 n1 = e1[0].cross(e1[1]), n2 = e2[0].cross(e2[1]);
+  internal::TravelWindow window;
+  // One axis: both projections as centre and half-length; axes of zero length (degenerate
+  // triangles, parallel edges) are skipped. Returns true when the answer is at least `target`.
+  auto axis = [&](const Vec3& L) {
+    const double len2 = L.squaredNorm();
+    if (!(len2 > 0.0)) return false;
+    const double a0 = L.dot(t1.a), a1 = L.dot(t1.b), a2 = L.dot(t1.c);
+    const double b0 = L.dot(t2.a), b1 = L.dot(t2.b), b2 = L.dot(t2.c);
+    const double lo1 = std::min({a0, a1, a2}), hi1 = std::max({a0, a1, a2});
+    const double lo2 = std::min({b0, b1, b2}), hi2 = std::max({b0, b1, b2});
+    window.Axis(0.5 * ((lo2 + hi2) - (lo1 + hi1)), 0.5 * ((hi1 - lo1) + (hi2 - lo2)), L.dot(w),
+                margin * std::sqrt(len2));
+    return window.AtLeast(target);
+  };
+  if (axis(n1) || axis(n2)) return window.First();
+  for (const Vec3& a : e1) {
+    for (const Vec3& b : e2) {
+      if (axis(a.cross(b))) return window.First();
+    }
+  }
+  for (const Vec3& a : e1) {
+    if (axis(n1.cross(a))) return window.First();
+  }
+  for (const Vec3& b : e2) {
+    if (axis(n2.cross(b))) return window.First();
+  }
+  return window.First();
 }
 
 }  // namespace clash::geom

@@ -1,6 +1,7 @@
 // Oriented bounding boxes and the separating-axis test.
 #pragma once
 
+#include <limits>
 #include <span>
 
 #include "clash/geom/aabb.h"
@@ -66,6 +67,20 @@ struct Obb {
 /// length of its axis.
 [[nodiscard]] double BoxDistanceLowerBound(const Vec3& half_a, const Vec3& half_b, const Mat3& R_ab,
                                            const Vec3& t_ab, double target = 0.0);
+
+/// Continuous separating-axis bound for a translation (issue 5's conservative advancement):
+/// box b, given relative to box a as in BoxesOverlap, moves by s·w_ab (w_ab in a's box frame,
+/// per mm of travel s >= 0). Projected on any axis L, boxes farther apart than `margin` along L
+/// are farther apart than `margin`; so the travels at which they may be within the margin lie
+/// in the intersection over the 15 axes of the travels where their projections are (a window,
+/// see separation_internal.h). Returns the window's start: 0 when they may be within the margin
+/// now, +inf when never (they pass by, or do not approach). Stops as soon as the answer is known
+/// to be at least `target` (it is then only known to be >= target). Exact for the margin 0 in
+/// general position (the axes hold every face normal of the boxes' Minkowski difference);
+/// near-parallel edge pairs are skipped.
+[[nodiscard]] double BoxSeparationTravel(const Vec3& half_a, const Vec3& half_b, const Mat3& R_ab,
+                                         const Vec3& t_ab, const Vec3& w_ab, double margin,
+                                         double target = std::numeric_limits<double>::infinity());
 
 /// Principal axes of a set of triangles: the eigenvectors of the area-weighted covariance of
 /// the triangles' surfaces (columns, right-handed), and their mean. Falls back to the

@@ -72,6 +72,25 @@ struct DistanceResult {
 [[nodiscard]] bool WithinDistance(const Part& a, const RigidTransform& X_WA, const Part& b,
                                   const RigidTransform& X_WB, double d);
 
+/// Conservative advancement for a translation (sweep.h): how far part a can be translated
+/// from X_WA along the unit world direction u_W, b staying at X_WB, while their surfaces stay
+/// more than `margin_mm` apart. Returns s in [0, max_travel_mm] such that for every travel in
+/// [0, s) the distance exceeds margin_mm: the minimum over all triangle pairs of
+/// TriangleSeparationTravel (b's triangles in a's frame, margin_mm), capped at max_travel_mm,
+/// found by a best-first walk pruned with BoxSeparationTravel of the node boxes. 0 when the
+/// surfaces are within margin_mm already (or may be, by every separating axis tried), and as
+/// soon as the bound is found not above `min_travel_mm` (a caller with a step that long
+/// already does not need it): the walk then stops early.
+///
+/// Unlike a distance step (d - margin, whatever the direction), the bound is directional, like
+/// the motion bounds projected on closest-point directions of Tang, Kim and Manocha ("C2A:
+/// Controlled conservative advancement for continuous collision detection of polygonal
+/// models", ICRA 2009), here along separating axes: a peg sliding along a hole it clears moves
+/// freely however small the clearance, as no axis separating the side walls is closing.
+[[nodiscard]] double FreeTranslation(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                     const RigidTransform& X_WB, const Vec3& u_W, double margin_mm,
+                                     double max_travel_mm, double min_travel_mm = 0.0);
+
 /// The closest point of a part's surface to a point.
 struct PointDistanceResult {
   double distance =

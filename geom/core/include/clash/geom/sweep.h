@@ -22,6 +22,14 @@
 //     depth being ClassifyPair's penetration estimate (0 when the surfaces do not cross). With a
 //     clearance C > 0 the far budget is also at most max(d - C, resolution), so that the
 //     path's approach below C is sampled finely enough to report its minimum.
+//  4. Far mode of a linear motion (direction u): the step may go farther, up to where some
+//     obstacle could first come within the margin m = max(τ/2, d/2) (max(C, d/2) with a
+//     clearance C, while d > C) by FreeTranslation (query.h), a directional bound from
+//     separating axes: an obstacle
+//     approached only sideways, like the wall of a hole the part slides through, does not
+//     limit the step at all, whereas the distance step is at most d. Obstacles whose world box
+//     cannot come within m first are skipped. With a profile requested, such a step spans at
+//     most 1/64 of the parameter.
 //
 // Why nothing between two checked poses is missed. Let δ(s) = MaxTravel(t, s): every point of
 // the moving part is within δ(s) of where it was at t (motion.h).
@@ -30,6 +38,10 @@
 //    touch at all, however thin the obstacle or fast the motion ("tunnelling" is impossible,
 //    as a step never travels as far as the current distance). Neither can a containment
 //    appear, since it would need the surfaces to meet first.
+//  - Directional step (4): by FreeTranslation's contract every obstacle stays more than m away
+//    over the whole step (along a separating axis of each pair of triangles the gap shrinks no
+//    faster than the motion's component along it), so the far-mode argument holds with m in
+//    place of τ/2, and min_distance_lower_bound gets m for that step.
 //  - Near mode: let D(s) be the pointwise penetration depth, the largest distance of a point of
 //    either solid inside the other from the other's surface (what ClassifyPair estimates from
 //    sample points). A point of the part moves by at most δ(s), and a point of an obstacle
@@ -44,7 +56,8 @@
 //    The guarantee is as good as ClassifyPair's depth at the checked poses, which is a lower
 //    bound from sample points (interference.h).
 //  - Termination: every budget is at least τ/4, so the number of poses is at most about
-//    4 · MaxTravel(0, 1) / τ (far steps are at least τ/2). τ = 0 steps with a floor of 1e-9 of
+//    4 · MaxTravel(0, 1) / τ (far steps are at least τ/2; a directional step is taken only
+//    when it is longer than the distance step). τ = 0 steps with a floor of 1e-9 of
 //    the larger of the part's diagonal and the total travel; with τ = 0 a sliding contact
 //    therefore runs into max_iterations (`exhausted`). Give the tessellation tolerance.
 //
@@ -57,7 +70,9 @@
 // Limits: obstacles and the moving part should be closed meshes; an open mesh whose surface
 // crosses another is kHard (uncertain) in ClassifyPair and blocks. The minimum distance is
 // the minimum at the checked poses (an upper bound of the true minimum);
-// min_distance_lower_bound bounds the true minimum from below.
+// min_distance_lower_bound bounds the true minimum from below. Over a directional step the
+// distance stays above half the distance at its start, but a distance step only keeps τ/2 (or
+// the clearance): give a clearance C to have the path's approach below C sampled finely.
 #pragma once
 
 #include <cstdint>
@@ -126,9 +141,11 @@ struct SweepResult {
   std::vector<std::pair<double, double>> profile;  ///< (t, distance), when requested.
   int distance_queries = 0;                        ///< Distance calls.
   int classify_queries = 0;                        ///< ClassifyPair and FindContainment calls.
-  int iterations = 0;                              ///< Poses checked (scan and bisection).
-  bool exhausted = false;  ///< max_iterations reached (or no progress): NOT proven free.
-  bool stopped = false;    ///< should_stop returned true: the answer is partial.
+  int directional_queries = 0;  ///< FreeTranslation calls (linear motions, far mode).
+  int directional_steps = 0;    ///< Steps that FreeTranslation made longer than the distance step.
+  int iterations = 0;           ///< Poses checked (scan and bisection).
+  bool exhausted = false;       ///< max_iterations reached (or no progress): NOT proven free.
+  bool stopped = false;         ///< should_stop returned true: the answer is partial.
 };
 
 /// Sweeps `moving` along `motion` among `obstacles` (see the top of this file).
