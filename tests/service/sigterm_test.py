@@ -2,7 +2,7 @@
 """RELIABILITY.md requirement 10: SIGTERM while clashd is busy.
 
 On the project's sample assembly (clash-sample-assembly), sequence validations of
-client/sample_sequence.json (the slowest query here, ~0.5 s each) and interference checks with
+client/sample_sequence.json with escape directions for every step (the slowest query here, ~0.5 s each) and interference checks with
 pose overrides are in flight, and an import that never ends (a 1.E+400 coordinate makes OCCT
 loop) is running in a worker, when clashd gets SIGTERM. Then:
 - a health Watch opened before sees NOT_SERVING;
@@ -54,6 +54,9 @@ class SigtermTest(unittest.TestCase):
         with open(ARGS.sequence) as f:
             request = json_format.Parse(f.read(), self.pb.sequences_pb2.ValidateSequenceRequest())
         request.scene_id = scene_id
+        # Escape directions for every step: work enough to be in flight when the signal comes
+        # (the sample's moves alone take ~0.1 s).
+        request.all_free_directions = True
         summary = None
         steps = []
         for event in ch.sequences.ValidateSequence(request, timeout=600):
