@@ -3,8 +3,9 @@
 
 On the project's sample assembly (clash-sample-assembly), sequence validations of
 client/sample_sequence.json with escape directions for every step (the slowest query here,
-~0.5 s each) and interference checks with pose overrides are in flight, and an import that never ends (a 1.E+400 coordinate makes OCCT
-loop) is running in a worker, when clashd gets SIGTERM. Then:
+~0.5 s each) and interference checks with pose overrides are in flight, and an import that
+never ends (a 1.E+400 coordinate makes OCCT loop) is running in a worker, when clashd gets
+SIGTERM. Then:
 - a health Watch opened before sees NOT_SERVING;
 - every in-flight query completes with OK and the same answer as before the signal;
 - the endless import is cancelled when the grace period ends (CANCELLED or UNAVAILABLE), and its
