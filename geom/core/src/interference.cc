@@ -172,10 +172,11 @@ bool NearContact(double value, double contact) {
 // Pruning. Each candidate's distance to Q's surface has an upper bound: its own (a point beside
 // a crossing is at most its distance from the intersection segment away), or, by the triangle
 // inequality, the last searched candidate's (the anchor's) distance plus their separation
-// (candidates come in runs of near neighbours). A candidate whose bound is below the best depth
-// cannot be deeper and is skipped without a search; otherwise the bound limits the search. The
-// open ball about the anchor holds no surface, so a candidate in the ball of an anchor outside
-// Q is outside too, and skipped.
+// (candidates come in runs of near neighbours), and its distance to the anchor's closest
+// triangle (a piece of Q's surface; usually much the tighter). A candidate whose bound is below
+// the best depth cannot be deeper and is skipped without a search; otherwise the bound limits
+// the search. The open ball about the anchor holds no surface, so a candidate in the ball of an
+// anchor outside Q is outside too, and skipped.
 DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
                                      const RigidTransform& X_WP, const Part& q,
                                      const RigidTransform& X_WQ) {
@@ -188,6 +189,7 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
   bool anchor_outside = false;
   Vec3 anchor = Vec3::Zero();  // Q frame
   double anchor_distance = 0.0;
+  uint32_t anchor_triangle = 0;  // the anchor's closest triangle of Q
   for (const Candidate& c : candidates) {
     const Vec3 p_QC = X_QP * c.p_P;
     if (!q.bounds().Contains(p_QC)) continue;
@@ -199,6 +201,10 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
         continue;
       }
       upper = std::min(upper, anchor_distance + separation);
+      // The anchor's closest triangle is a piece of Q's surface near this candidate too.
+      const Vec3 on_anchor_triangle =
+          ClosestPointOnTriangle(p_QC, q.mesh().triangle(anchor_triangle));
+      upper = std::min(upper, (p_QC - on_anchor_triangle).norm());
     }
     upper = upper * (1.0 + kBoundSlack) + kBoundSlack;
     if (upper < best.depth) continue;
@@ -214,6 +220,7 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
     anchor_outside = inside.has_value() && !*inside;
     anchor = p_QC;
     anchor_distance = d.distance;
+    anchor_triangle = d.triangle;
     const Vec3 p_WC = X_WP * c.p_P;
     const bool deeper = d.distance > best.depth ||
                         (best.found && d.distance == best.depth && LexLess(p_WC, best.p_WP));
