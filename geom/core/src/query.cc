@@ -463,12 +463,17 @@ namespace {
 // may exceed the true distance by that fraction, so it is shrunk by far more.
 constexpr double kObbGapShrink = 1.0 - 1e-6;
 
-// Lower bound of the distance from p (part frame) to anything inside node n's box.
-double NodeGap(const Part& part, const BvhNode& n, const Vec3& p) {
-  if (!n.IsObb()) return ((p - n.center).cwiseAbs() - n.half).cwiseMax(0.0).norm();
+// Lower bound of the squared distance from p (part frame) to anything inside node n's box.
+double NodeGap2(const Part& part, const BvhNode& n, const Vec3& p) {
+  if (!n.IsObb()) return ((p - n.center).cwiseAbs() - n.half).cwiseMax(0.0).squaredNorm();
   const Vec3 q = part.NodeAxes(n).transpose() * (p - n.center);
-  return (q.cwiseAbs() - n.half).cwiseMax(0.0).norm() * kObbGapShrink;
+  return (q.cwiseAbs() - n.half).cwiseMax(0.0).squaredNorm() * (kObbGapShrink * kObbGapShrink);
 }
+
+// Squared gaps are compared with the squared best distance grown by this much, so that rounding
+// of the squares never prunes a node holding a triangle at exactly the best distance (the
+// leaves then decide on the distances themselves).
+constexpr double kSquaredPruneSlack = 1.0 + 1e-12;
 
 }  // namespace
 
@@ -479,27 +484,31 @@ PointDistanceResult ClosestPoint(const Part& part, const Vec3& p_PQ, double uppe
   double best = upper_bound;
   bool found = false;
   // Until a triangle is found the bound is inclusive (a triangle exactly at upper_bound
-  // counts); afterwards only strictly nearer ones can improve.
-  auto pruned = [&](double gap) { return found ? gap >= best : gap > best; };
+  // counts); afterwards only strictly nearer ones can improve. Nodes are pruned on squared
+  // gaps (no square root per node) with a little slack; the leaves decide exactly.
+  double prune2 = best * best * kSquaredPruneSlack;
   struct Entry {
     uint32_t node;
-    double gap;
+    double gap2;
   } stack[kNodeStack];
   int sp = 0;
-  const double root_gap = NodeGap(part, N[0], p_PQ);
-  if (pruned(root_gap)) return r;
-  stack[sp++] = {0, root_gap};
+  const double root_gap2 = NodeGap2(part, N[0], p_PQ);
+  if (root_gap2 > prune2) return r;
+  stack[sp++] = {0, root_gap2};
   while (sp > 0) {
     const Entry e = stack[--sp];
-    if (pruned(e.gap)) continue;
+    if (e.gap2 > prune2) continue;
     const BvhNode& n = N[e.node];
     if (n.IsLeaf()) {
       for (uint32_t k = 0; k < n.Count(); ++k) {
         const uint32_t id = part.prims()[n.index + k];
         const Vec3 c = ClosestPointOnTriangle(p_PQ, part.mesh().triangle(id));
-        const double d = (p_PQ - c).norm();
+        const double d2 = (p_PQ - c).squaredNorm();
+        if (d2 > prune2) continue;
+        const double d = std::sqrt(d2);
         if (found ? d < best : d <= best) {
           best = d;
+          prune2 = d2 * kSquaredPruneSlack;
           found = true;
           r.p_PC = c;
           r.triangle = id;
@@ -508,12 +517,12 @@ PointDistanceResult ClosestPoint(const Part& part, const Vec3& p_PQ, double uppe
       continue;
     }
     // Nearer child on top of the stack.
-    Entry c0{n.index, NodeGap(part, N[n.index], p_PQ)};
-    Entry c1{n.index + 1, NodeGap(part, N[n.index + 1], p_PQ)};
-    if (c1.gap < c0.gap) std::swap(c0, c1);
+    Entry c0{n.index, NodeGap2(part, N[n.index], p_PQ)};
+    Entry c1{n.index + 1, NodeGap2(part, N[n.index + 1], p_PQ)};
+    if (c1.gap2 < c0.gap2) std::swap(c0, c1);
     assert(sp + 2 <= kNodeStack);
-    if (!pruned(c1.gap)) stack[sp++] = c1;
-    if (!pruned(c0.gap)) stack[sp++] = c0;
+    if (c1.gap2 <= prune2) stack[sp++] = c1;
+    if (c0.gap2 <= prune2) stack[sp++] = c0;
   }
   if (found) r.distance = best;
   return r;
