@@ -207,9 +207,10 @@ TEST_P(QueryOracle, FreeTranslationAgreesWithAllPairs) {
   auto rng = SeededRng(91 + static_cast<int>(GetParam()));
   constexpr double kMaxTravel = 20;
   int zero = 0, capped = 0, between = 0, exact = 0;
-  const int trials = testing::Trials(60, 15);
+  const int trials = testing::Trials(60, 30);
   for (int i = 0; i < trials; ++i) {
-    Scenario s = MakeScenario(rng, GetParam(), 22, i % 3 == 0);
+    // Every fourth pair overlaps or nearly so (the answer 0).
+    Scenario s = MakeScenario(rng, GetParam(), i % 4 == 1 ? 6 : 22, i % 3 == 0);
     // a moves roughly towards b; some pass it by.
     const Vec3 c_a = s.X_WA * s.a->bounds().Center(), c_b = s.X_WB * s.b->bounds().Center();
     const Vec3 u = (c_b - c_a + RandomPoint(rng, 25)).normalized();
@@ -257,9 +258,9 @@ TEST_P(QueryOracle, FreeTranslationAgreesWithAllPairs) {
   ::testing::Test::RecordProperty("zero", zero);
   ::testing::Test::RecordProperty("capped", capped);
   ::testing::Test::RecordProperty("between", between);
-  EXPECT_GT(zero, trials / 10);
-  EXPECT_GT(capped, trials / 10);
-  EXPECT_GT(between, trials / 4);
+  EXPECT_GT(zero, trials / 8);
+  EXPECT_GT(capped, trials / 8);
+  EXPECT_GT(between, trials / 8);
   EXPECT_GE(exact, trials / 2);
 }
 

@@ -243,6 +243,15 @@ TEST(Sweep, ScrewMotion) {
     // The bolt's vertices sweep a circle of radius 5, the nut's facets are 6 cos(7.5°) away.
     EXPECT_GE(r.min_distance_lower_bound, 0.0);
     EXPECT_GE(r.min_distance, 6 * std::cos(kPi / 24) - 5 - 1e-9);
+    // The footprints about the axis never meet: one step (distance steps of at most 0.9 mm
+    // on a bolt of radius 11 would take ~50).
+    EXPECT_EQ(r.directional_steps, 1);
+    EXPECT_EQ(r.iterations, 2);
+    // Checked against exact distances along the path: never closer than the lower bound.
+    for (int i = 0; i <= 400; ++i) {
+      EXPECT_GE(Distance(*bolt, m.PoseAt(i / 400.0), *nut, At(Vec3(0, 0, 8))).distance,
+                r.min_distance_lower_bound - 1e-12);
+    }
   }
   {
     // Onto a plate whose top is at z = 0: the bottom is τ deep after (3 + τ) / 6.
@@ -281,6 +290,15 @@ TEST(Sweep, RotatingArmBlockedAtTheComputedAngle) {
   // The tip moves at most τ/4 over the bracket, and it is 100 from the axis.
   EXPECT_LE(r.t_contact - phi_hard, kTau / 4 / 100 + kParamTol);
   EXPECT_NEAR(r.p_contact_W.y(), 30 + kTau, kTau / 4 + 1e-9);  // the corner, just over τ deep
+
+  // A block beyond the arm's reach (its near face 110 from the axis): free in one step.
+  const PartPtr far_block = MakeBox(Vec3(20, 20, 10), Vec3(140, 0, 0)).Part();
+  const SweepObstacle far[] = {{far_block.get(), RigidTransform::Identity(), 10}};
+  const SweepResult f = Sweep(*arm, m, far, Contact(kTau));
+  EXPECT_FALSE(f.blocked);
+  EXPECT_FALSE(f.exhausted);
+  EXPECT_EQ(f.iterations, 2);
+  EXPECT_EQ(f.directional_steps, 1);
 }
 
 TEST(Sweep, FinalSeatInFaceContactIsNotBlocked) {

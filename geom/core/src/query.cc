@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "footprint_internal.h"
 #include "ray_bvh_internal.h"
 #include "ray_internal.h"
 #include "separation_internal.h"
@@ -723,6 +724,58 @@ double FreeTranslation(const Part& a, const RigidTransform& X_WA, const Part& b,
         return false;
       });
   return best <= min_travel_mm ? 0.0 : best;
+}
+
+namespace {
+
+// A node's footprint about the axis (in the part's frame). OBB axes are orthonormal only to
+// ~1e-7 (single precision): the footprint is grown by far more than what that can hide.
+internal::Footprint NodeFootprint(const Part& part, const BvhNode& n,
+                                  const internal::AxisLine& line) {
+  internal::Footprint f = internal::BoxFootprint(n.center, part.NodeAxes(n), n.half, line);
+  if (n.IsObb()) {
+    const double grow = 1e-6 * (n.half.sum() + 1.0);
+    f.r_lo = std::max(f.r_lo - grow, 0.0);
+    f.r_hi += grow;
+    f.z_lo -= grow;
+    f.z_hi += grow;
+  }
+  return f;
+}
+
+}  // namespace
+
+double FreeScrew(const Part& a, const RigidTransform& X_WA, const Part& b,
+                 const RigidTransform& X_WB, const Vec3& axis_point_W, const Vec3& axis_W,
+                 double margin_mm, double max_advance_mm, double min_advance_mm) {
+  if (!(max_advance_mm > 0.0) || !(max_advance_mm > min_advance_mm)) return 0.0;
+  const RigidTransform X_AW = X_WA.Inverse(), X_BW = X_WB.Inverse();
+  const internal::AxisLine in_a{X_AW * axis_point_W, X_AW.R * axis_W};
+  const internal::AxisLine in_b{X_BW * axis_point_W, X_BW.R * axis_W};
+  const PairFrame f(a, X_WA, b, X_WB);
+  double best = max_advance_mm;
+  ForLeavesBelow(
+      f, &best, false,
+      [&](const BvhNode& na, const BvhNode& nb, double) {
+        return internal::FootprintAdvance(NodeFootprint(a, na, in_a), NodeFootprint(b, nb, in_b),
+                                          margin_mm);
+      },
+      [&](const BvhNode& na, const BvhNode& nb) {
+        internal::Footprint fb[kMaxLeafSize];
+        for (uint32_t j = 0; j < nb.Count(); ++j) {
+          fb[j] = internal::TriangleFootprint(b.mesh().triangle(b.prims()[nb.index + j]), in_b);
+        }
+        for (uint32_t i = 0; i < na.Count(); ++i) {
+          const internal::Footprint fa =
+              internal::TriangleFootprint(a.mesh().triangle(a.prims()[na.index + i]), in_a);
+          for (uint32_t j = 0; j < nb.Count(); ++j) {
+            best = std::min(best, internal::FootprintAdvance(fa, fb[j], margin_mm));
+            if (best <= min_advance_mm) return true;
+          }
+        }
+        return false;
+      });
+  return best <= min_advance_mm ? 0.0 : best;
 }
 
 }  // namespace clash::geom

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "clash/geom/adaptive_bv.h"
 #include "clash/geom/query.h"
 #include "clash/geom/sphere.h"
+#include "footprint_internal.h"
 #include "separation_internal.h"
 
 namespace clash::geom {
@@ -183,30 +185,55 @@ class Sweeper {
     return out;
   }
 
-  // Far mode of a linear motion: the parameter up to which the part, translated from X (at t),
-  // stays more than `margin` from every obstacle by FreeTranslation's directional bound.
-  // Obstacles are taken in the order Measure left (nearest box first); one whose world box
-  // cannot come within the margin before the best travel so far is skipped.
-  // Returns t when the bound is not beyond `floor` (a parameter the caller can reach anyway).
+  // Far mode of a linear, rotation or screw motion: the parameter up to which the part, moved
+  // from X (at t), stays more than `margin` from every obstacle by FreeTranslation's
+  // directional bound (linear) or FreeScrew's footprint bound (turning about the motion's axis,
+  // advancing along it for a screw). Obstacles are taken in the order Measure left (nearest box
+  // first); one whose world box cannot come within the margin before the best bound so far is
+  // skipped. Returns t when the bound is not beyond `floor` (a parameter the caller reaches
+  // anyway).
   double DirectionalLimit(const RigidTransform& X, double t, double margin, double floor) {
-    const double length = motion_.amount();
-    const double floor_travel = (floor - t) * length;
-    const Vec3& u = motion_.direction();
-    double best = (1.0 - t) * length;
+    const bool linear = motion_.kind() == MotionKind::kLinear;
+    // Travel (linear) or advance (screw) per unit of t, and its world direction; 0 for a turn
+    // without advance, which is free for good as soon as nothing is within the margin now.
+    double rate =
+        linear ? motion_.amount() : motion_.amount() * motion_.pitch_mm() / (2 * std::numbers::pi);
+    Vec3 dir = motion_.direction();
+    if (rate < 0) {
+      rate = -rate;
+      dir = -dir;
+    }
+    const double floor_travel = rate > 0 ? (floor - t) * rate : 0.0;
+    double best = rate > 0 ? (1.0 - t) * rate : 1.0;
     const Aabb box = moving_.bounds().Transformed(X);
     const Vec3 c = box.Center(), h = 0.5 * box.Size();
+    const internal::AxisLine axis{motion_.center(), dir};
+    const internal::Footprint moving_print =
+        linear ? internal::Footprint{} : internal::BoxFootprint(c, Mat3::Identity(), h, axis);
     for (std::size_t i : order_) {
+      // The moving part's world box against the obstacle's first.
       const Vec3 oc = boxes_[i].Center(), oh = 0.5 * boxes_[i].Size();
-      internal::TravelWindow window;  // the moving box against the obstacle's
-      for (int k = 0; k < 3; ++k) window.Axis(c[k] - oc[k], h[k] + oh[k], u[k], margin);
-      if (window.First() >= best) continue;
+      double box_bound = 0.0;
+      if (linear) {
+        internal::TravelWindow window;
+        for (int k = 0; k < 3; ++k) window.Axis(c[k] - oc[k], h[k] + oh[k], dir[k], margin);
+        box_bound = window.First();
+      } else {
+        box_bound = internal::FootprintAdvance(
+            moving_print, internal::BoxFootprint(oc, Mat3::Identity(), oh, axis), margin);
+      }
+      if (box_bound >= best) continue;
       const SweepObstacle& o = obstacles_[i];
-      best = std::min(best,
-                      FreeTranslation(moving_, X, *o.part, o.X_WO, u, margin, best, floor_travel));
+      const double bound =
+          linear ? FreeTranslation(moving_, X, *o.part, o.X_WO, dir, margin, best, floor_travel)
+                 : FreeScrew(moving_, X, *o.part, o.X_WO, motion_.center(), dir, margin, best,
+                             floor_travel);
+      best = std::min(best, bound);
       ++result_.directional_queries;
       if (best <= floor_travel) return t;
     }
-    return std::min(1.0, t + best / length);
+    if (rate == 0) return 1.0;  // nothing within the margin, and a pure turn keeps it so
+    return std::min(1.0, t + best / rate);
   }
 
   // Bisection between the free lo and the blocked hi (blocked by `blockers`).
@@ -320,11 +347,12 @@ SweepResult Sweeper::Run() {
     }
     double next = motion_.AdvanceLimit(t, budget, sphere_);
     prev_margin = 0.0;
-    if (far && next < 1.0 && motion_.kind() == MotionKind::kLinear && motion_.amount() > 0) {
-      // A translation may go farther: as far as no obstacle can come within the margin the
-      // distance step keeps (τ/2, or C while farther than the clearance C), by separating axes,
-      // and not within half the current distance (so that the path's minimum distance is at
-      // least half the smallest distance at the checked poses).
+    if (far && next < 1.0 && motion_.kind() != MotionKind::kKeyframes && motion_.amount() != 0) {
+      // A translation or a turn may go farther: as far as no obstacle can come within the
+      // margin the distance step keeps (τ/2, or C while farther than the clearance C), by
+      // separating axes or footprints about the axis, and not within half the current distance (so
+      // that the path's minimum distance is at least half the smallest distance at the checked
+      // poses).
       const double base = clearance_ > 0 ? clearance_ : tau_step_ / 2;
       if (dist.min > base) {
         const double margin = std::max(base, kDirectionalMarginRatio * dist.min);

@@ -91,6 +91,26 @@ struct DistanceResult {
                                      const RigidTransform& X_WB, const Vec3& u_W, double margin_mm,
                                      double max_travel_mm, double min_travel_mm = 0.0);
 
+/// Conservative advancement for a turn about a fixed axis with an advance along it (rotation
+/// and screw motions, sweep.h): part a, from X_WA, turns by any angle about the world line
+/// through axis_point_W along the unit axis_W and advances along axis_W; b stays at X_WB.
+/// Returns an advance s in [0, max_advance_mm] such that for every advance in [0, s), with any
+/// turn, the surfaces stay more than `margin_mm` apart; max_advance_mm when that holds
+/// throughout (in particular, any return above 0 means the parts stay apart under a pure turn).
+///
+/// A turn keeps each point's distance from the axis and its position along it, and two points
+/// are at least as far apart as those differ: so parts whose (distance, position) footprints
+/// are more than the margin apart cannot come closer by turning, and only the advance can bring
+/// them together. The bound is the minimum over triangle pairs of the advance at which their
+/// footprints could come within the margin, found by a walk pruned with the node boxes'
+/// footprints. A nut turning on a bolt it clears, or an arm turning beside obstacles outside
+/// its swept ring, is free at once, where the distance step moves it by the clearance.
+/// `min_advance_mm` stops the walk early as in FreeTranslation (0 is then returned).
+[[nodiscard]] double FreeScrew(const Part& a, const RigidTransform& X_WA, const Part& b,
+                               const RigidTransform& X_WB, const Vec3& axis_point_W,
+                               const Vec3& axis_W, double margin_mm, double max_advance_mm,
+                               double min_advance_mm = 0.0);
+
 /// The closest point of a part's surface to a point.
 struct PointDistanceResult {
   double distance =

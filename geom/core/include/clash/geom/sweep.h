@@ -22,14 +22,17 @@
 //     depth being ClassifyPair's penetration estimate (0 when the surfaces do not cross). With a
 //     clearance C > 0 the far budget is also at most max(d - C, resolution), so that the
 //     path's approach below C is sampled finely enough to report its minimum.
-//  4. Far mode of a linear motion (direction u): the step may go farther, up to where some
+//  4. Far mode of a linear, rotation or screw motion: the step may go farther, up to where some
 //     obstacle could first come within the margin m = max(τ/2, d/2) (max(C, d/2) with a
-//     clearance C, while d > C) by FreeTranslation (query.h), a directional bound from
-//     separating axes: an obstacle
-//     approached only sideways, like the wall of a hole the part slides through, does not
-//     limit the step at all, whereas the distance step is at most d. Obstacles whose world box
-//     cannot come within m first are skipped. With a profile requested, such a step spans at
-//     most 1/64 of the parameter.
+//     clearance C, while d > C). For a translation, FreeTranslation (query.h) bounds that
+//     from separating axes: an obstacle approached only sideways, like the wall of a hole the
+//     part slides through, does not limit the step at all, whereas the distance step is at
+//     most d. For a turn about the motion's axis (with its advance, for a screw), FreeScrew
+//     bounds it from the parts' footprints about the axis (distance from it, position along
+//     it), which a turn leaves alone: a nut turning on a bolt it clears is limited only by its
+//     advance towards what lies ahead of it, and a pure turn with no obstacle within its reach
+//     is free at once. Obstacles whose world box cannot come within m first are skipped. With
+//     a profile requested, such a step spans at most 1/64 of the parameter.
 //
 // Why nothing between two checked poses is missed. Let δ(s) = MaxTravel(t, s): every point of
 // the moving part is within δ(s) of where it was at t (motion.h).
@@ -38,10 +41,12 @@
 //    touch at all, however thin the obstacle or fast the motion ("tunnelling" is impossible,
 //    as a step never travels as far as the current distance). Neither can a containment
 //    appear, since it would need the surfaces to meet first.
-//  - Directional step (4): by FreeTranslation's contract every obstacle stays more than m away
-//    over the whole step (along a separating axis of each pair of triangles the gap shrinks no
-//    faster than the motion's component along it), so the far-mode argument holds with m in
-//    place of τ/2, and min_distance_lower_bound gets m for that step.
+//  - Directional step (4): by FreeTranslation's and FreeScrew's contracts every obstacle stays
+//    more than m away over the whole step (along a separating axis of each pair of triangles
+//    the gap shrinks no faster than the motion's component along it; two points are at least
+//    as far apart as their footprints about the axis, which only the advance changes), so the
+//    far-mode argument holds with m in place of τ/2, and min_distance_lower_bound gets m for
+//    that step.
 //  - Near mode: let D(s) be the pointwise penetration depth, the largest distance of a point of
 //    either solid inside the other from the other's surface (what ClassifyPair estimates from
 //    sample points). A point of the part moves by at most δ(s), and a point of an obstacle
@@ -141,8 +146,8 @@ struct SweepResult {
   std::vector<std::pair<double, double>> profile;  ///< (t, distance), when requested.
   int distance_queries = 0;                        ///< Distance calls.
   int classify_queries = 0;                        ///< ClassifyPair and FindContainment calls.
-  int directional_queries = 0;  ///< FreeTranslation calls (linear motions, far mode).
-  int directional_steps = 0;    ///< Steps that FreeTranslation made longer than the distance step.
+  int directional_queries = 0;  ///< FreeTranslation and FreeScrew calls (far mode).
+  int directional_steps = 0;    ///< Steps they made longer than the distance step.
   int iterations = 0;           ///< Poses checked (scan and bisection).
   bool exhausted = false;       ///< max_iterations reached (or no progress): NOT proven free.
   bool stopped = false;         ///< should_stop returned true: the answer is partial.
