@@ -21,6 +21,9 @@ constexpr int kNodeStack = 64;
 // Added to |R| in the separating-axis test so that near-parallel edge pairs, whose cross
 // product is nearly zero, cannot produce a false separation from rounding.
 constexpr double kSatEpsilon = 1e-12;
+// Growth of OBB node boxes, relative to their size, in the motion bounds (FreeTranslation,
+// FreeScrew): far above the ~1e-7 by which their single-precision axes are not orthonormal.
+constexpr double kObbGrowRelative = 1e-6;
 
 // The pose of part b's frame in part a's frame, shared by every node test of one query.
 struct PairFrame {
@@ -99,7 +102,13 @@ struct PairFrame {
     Vec3 t;
     Relative(na, nb, &R, &t);
     const Vec3 w = na.IsObb() ? Vec3(a.NodeAxes(na).transpose() * w_A) : w_A;
-    return BoxSeparationTravel(na.half, nb.half, R, t, w, margin, target);
+    // OBB axes are orthonormal only to ~1e-7 (single precision), which the projected radii
+    // assume: such boxes are grown by far more than that hides.
+    return BoxSeparationTravel(GrownIfObb(na), GrownIfObb(nb), R, t, w, margin, target);
+  }
+
+  static Vec3 GrownIfObb(const BvhNode& n) {
+    return n.IsObb() ? Vec3(n.half.array() + kObbGrowRelative * (n.half.sum() + 1.0)) : n.half;
   }
 
   // Triangle j of b in a's frame.
@@ -758,7 +767,7 @@ internal::Footprint NodeFootprint(const Part& part, const BvhNode& n,
                                   const internal::AxisLine& line) {
   internal::Footprint f = internal::BoxFootprint(n.center, part.NodeAxes(n), n.half, line);
   if (n.IsObb()) {
-    const double grow = 1e-6 * (n.half.sum() + 1.0);
+    const double grow = kObbGrowRelative * (n.half.sum() + 1.0);
     f.r_lo = std::max(f.r_lo - grow, 0.0);
     f.r_hi += grow;
     f.z_lo -= grow;
