@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "footprint_internal.h"
 #include "ray_bvh_internal.h"
 #include "ray_internal.h"
@@ -555,26 +556,47 @@ Containment FindContainment(const Part& a, const RigidTransform& X_WA, const Par
 
 namespace {
 
-// Best-first walk by a lower bound of some quantity (a distance, a travel) that the leaves
-// compute exactly: pairs whose bound(na, nb, target) is not below `*best` are pruned.
-// `leaf(na, nb)` updates *best; returns true to stop.
+// Which pair a walk by lower bounds takes next.
+enum class WalkOrder {
+  // The pair of least bound of all pending ones (a binary heap): only pairs whose bound is
+  // below the final answer are opened, the fewest any walk with these bounds can open. For
+  // queries that need the least value (distance, travel).
+  kBestFirst,
+  // Depth first, the nearer children first: reaches a leaf soonest. For yes/no queries that
+  // stop at the first leaf within a fixed bound.
+  kDepthFirst,
+};
+
+// Walk by a lower bound of some quantity (a distance, a travel) that the leaves compute
+// exactly: pairs whose bound(na, nb, target) is not below `*best` are pruned. `leaf(na, nb)`
+// updates *best; returns true to stop.
 template <typename BoundFn, typename LeafFn>
-void ForLeavesBelow(const PairFrame& f, const double* best, bool inclusive, BoundFn&& bound,
-                    LeafFn&& leaf) {
+void ForLeavesBelow(const PairFrame& f, const double* best, bool inclusive, WalkOrder order,
+                    BoundFn&& bound, LeafFn&& leaf) {
   const auto& A = f.a.nodes();
   const auto& B = f.b.nodes();
   auto pruned = [&](double lb) { return inclusive ? lb > *best : lb >= *best; };
   struct Entry {
     uint32_t ia, ib;
     double lb;
-  } stack[kPairStack];
-  int sp = 0;
+  };
+  // Pending pairs: a min-heap on lb (best first) or a stack (depth first). A depth-first walk
+  // pops one pair and pushes at most four, so its stack stays within 3 * 60 + 1 entries; a
+  // best-first heap has no such bound and spills to the heap beyond the inline capacity.
+  absl::InlinedVector<Entry, kPairStack> pending;
+  const bool best_first = order == WalkOrder::kBestFirst;
+  auto later = [](const Entry& x, const Entry& y) { return x.lb > y.lb; };
   const double root_lb = bound(A[0], B[0], *best);
   if (pruned(root_lb)) return;
-  stack[sp++] = {0, 0, root_lb};
-  while (sp > 0) {
-    const Entry e = stack[--sp];
-    if (pruned(e.lb)) continue;
+  pending.push_back({0, 0, root_lb});
+  while (!pending.empty()) {
+    if (best_first) std::pop_heap(pending.begin(), pending.end(), later);
+    const Entry e = pending.back();
+    pending.pop_back();
+    if (pruned(e.lb)) {
+      if (best_first) return;  // the least pending bound: every other pair is pruned too
+      continue;
+    }
     const BvhNode& na = A[e.ia];
     const BvhNode& nb = B[e.ib];
     if (na.IsLeaf() && nb.IsLeaf()) {
@@ -582,7 +604,7 @@ void ForLeavesBelow(const PairFrame& f, const double* best, bool inclusive, Boun
       continue;
     }
     // Open both sides when neither is a leaf (fewer intermediate pairs to bound), else the
-    // inner one; push the farther pairs first so the nearest is popped next.
+    // inner one.
     Entry c[4];
     int n = 0;
     if (!na.IsLeaf() && !nb.IsLeaf()) {
@@ -598,23 +620,26 @@ void ForLeavesBelow(const PairFrame& f, const double* best, bool inclusive, Boun
       c[n++] = {e.ia, nb.index, bound(na, B[nb.index], *best)};
       c[n++] = {e.ia, nb.index + 1, bound(na, B[nb.index + 1], *best)};
     }
-    for (int k = 1; k < n; ++k) {  // insertion sort, farthest first (at most 4 entries)
-      for (int m = k; m > 0 && c[m - 1].lb < c[m].lb; --m) std::swap(c[m - 1], c[m]);
+    if (!best_first) {
+      // Farthest first onto the stack, so the nearest is popped next (insertion sort, <= 4).
+      for (int k = 1; k < n; ++k) {
+        for (int m = k; m > 0 && c[m - 1].lb < c[m].lb; --m) std::swap(c[m - 1], c[m]);
+      }
     }
     for (int k = 0; k < n; ++k) {
-      if (!pruned(c[k].lb)) {
-        assert(sp < kPairStack);
-        stack[sp++] = c[k];
-      }
+      if (pruned(c[k].lb)) continue;
+      pending.push_back(c[k]);
+      if (best_first) std::push_heap(pending.begin(), pending.end(), later);
     }
   }
 }
 
-// Best-first distance walk (ForLeavesBelow with the node boxes' distance bound).
+// Distance walk: ForLeavesBelow with the node boxes' distance bound.
 template <typename LeafFn>
-void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, LeafFn&& leaf) {
+void ForCloseLeaves(const PairFrame& f, const double* best, bool inclusive, WalkOrder order,
+                    LeafFn&& leaf) {
   ForLeavesBelow(
-      f, best, inclusive,
+      f, best, inclusive, order,
       [&f](const BvhNode& na, const BvhNode& nb, double target) {
         return f.LowerBound(na, nb, target);
       },
@@ -665,7 +690,7 @@ DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b
   double best = upper_bound;
   Vec3 pa, pb;
   bool found = false;
-  ForCloseLeaves(f, &best, false, [&](const BvhNode& na, const BvhNode& nb) {
+  ForCloseLeaves(f, &best, false, WalkOrder::kBestFirst, [&](const BvhNode& na, const BvhNode& nb) {
     const LeafTriangles lb(f, nb);
     // Triangle pairs nearest-box first, so the bound tightens early and prunes the rest.
     struct Candidate {
@@ -714,21 +739,22 @@ bool WithinDistance(const Part& a, const RigidTransform& X_WA, const Part& b,
   const PairFrame f(a, X_WA, b, X_WB);
   bool within = false;
   const double bound = d;
-  ForCloseLeaves(f, &bound, true, [&](const BvhNode& na, const BvhNode& nb) {
-    const LeafTriangles lb(f, nb);
-    for (uint32_t i = 0; i < na.Count(); ++i) {
-      const Triangle ta = a.mesh().triangle(a.prims()[na.index + i]);
-      const Aabb box_a = LeafTriangles::TriangleBounds(ta);
-      for (uint32_t j = 0; j < lb.n; ++j) {
-        if (box_a.Distance(lb.box[j]) > d) continue;
-        if (DistanceTriangles(ta, lb.tri[j]).distance <= d) {
-          within = true;
-          return true;
-        }
-      }
-    }
-    return false;
-  });
+  ForCloseLeaves(f, &bound, true, WalkOrder::kDepthFirst,
+                 [&](const BvhNode& na, const BvhNode& nb) {
+                   const LeafTriangles lb(f, nb);
+                   for (uint32_t i = 0; i < na.Count(); ++i) {
+                     const Triangle ta = a.mesh().triangle(a.prims()[na.index + i]);
+                     const Aabb box_a = LeafTriangles::TriangleBounds(ta);
+                     for (uint32_t j = 0; j < lb.n; ++j) {
+                       if (box_a.Distance(lb.box[j]) > d) continue;
+                       if (DistanceTriangles(ta, lb.tri[j]).distance <= d) {
+                         within = true;
+                         return true;
+                       }
+                     }
+                   }
+                   return false;
+                 });
   return within;
 }
 
@@ -741,7 +767,7 @@ double FreeTranslation(const Part& a, const RigidTransform& X_WA, const Part& b,
   const Vec3 w_A = -(X_WA.R.transpose() * u_W);
   double best = max_travel_mm;
   ForLeavesBelow(
-      f, &best, false,
+      f, &best, false, WalkOrder::kBestFirst,
       [&](const BvhNode& na, const BvhNode& nb, double target) {
         return f.SeparationTravel(na, nb, w_A, margin_mm, target);
       },
@@ -788,7 +814,7 @@ double FreeScrew(const Part& a, const RigidTransform& X_WA, const Part& b,
   const PairFrame f(a, X_WA, b, X_WB);
   double best = max_advance_mm;
   ForLeavesBelow(
-      f, &best, false,
+      f, &best, false, WalkOrder::kBestFirst,
       [&](const BvhNode& na, const BvhNode& nb, double) {
         return internal::FootprintAdvance(NodeFootprint(a, na, in_a), NodeFootprint(b, nb, in_b),
                                           margin_mm);
