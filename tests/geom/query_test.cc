@@ -122,6 +122,50 @@ TEST_P(QueryOracle, DistanceAgreesWithAllPairs) {
   EXPECT_GT(within_checked, trials);
 }
 
+// The side wall of a cylinder along z (open, centred at the origin), `segments` around and
+// `bands` along its height.
+RawMesh MakeCylinderWall(double r, double h, int segments, int bands) {
+  RawMesh m;
+  for (int k = 0; k <= bands; ++k) {
+    for (int i = 0; i < segments; ++i) {
+      const double a = 2.0 * M_PI * i / segments;
+      m.v.push_back({r * std::cos(a), r * std::sin(a), -h / 2 + h * k / bands});
+    }
+  }
+  const auto at = [&](int k, int i) { return static_cast<uint32_t>(k * segments + i % segments); };
+  for (int k = 0; k < bands; ++k) {
+    for (int i = 0; i < segments; ++i) {
+      m.t.push_back({at(k, i), at(k, i + 1), at(k + 1, i + 1)});
+      m.t.push_back({at(k, i), at(k + 1, i + 1), at(k + 1, i)});
+    }
+  }
+  return m;
+}
+
+// A finely tessellated peg in its hole: many node pairs lie nearer than the answer (the boxes
+// of the hole's wall poke towards the peg), so the best-first walk's heap fills up and the walk
+// goes on depth first.
+TEST_P(QueryOracle, DistanceOfPegInHoleAgreesWithAllPairs) {
+  auto rng = SeededRng(97 + static_cast<int>(GetParam()));
+  const PartPtr hole = MakeCylinderWall(5.0, 20.0, 256, 4).Part(Mode(GetParam()));
+  const PartPtr peg = MakeCylinderWall(4.9, 30.0, 256, 4).Part(Mode(GetParam()));
+  for (int i = 0; i < 2; ++i) {
+    const RigidTransform X_WH = RandomPose(rng, 50);
+    // Tilted by at most 3 mrad (0.045 mm at the peg's ends) and shifted by at most 0.03 mm:
+    // the peg stays clear of the 0.1 mm radial gap.
+    const Vec3 axis = RandomPoint(rng, 1.0).normalized();
+    const RigidTransform X_WP =
+        X_WH * RigidTransform{AxisAngle(Uniform(rng, 0.0, 3e-3), axis), RandomPoint(rng, 0.03)};
+    const double expected = BruteDistance(*hole, X_WH, *peg, X_WP);
+    ASSERT_GT(expected, 0.0);
+    const DistanceResult r = Distance(*hole, X_WH, *peg, X_WP);
+    ASSERT_NEAR(r.distance, expected, 1e-12) << "pose " << i;
+    EXPECT_NEAR((r.p_WA - r.p_WB).norm(), r.distance, 1e-9);
+    EXPECT_TRUE(WithinDistance(*hole, X_WH, *peg, X_WP, expected * 1.01));
+    EXPECT_FALSE(WithinDistance(*hole, X_WH, *peg, X_WP, expected * 0.99));
+  }
+}
+
 TEST_P(QueryOracle, RayCastAgreesWithAllTriangles) {
   auto rng = SeededRng(91 + static_cast<int>(GetParam()));
   int hits = 0;

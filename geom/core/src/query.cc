@@ -18,6 +18,7 @@ namespace {
 // one pair and pushes at most two (overlap walk: one side opened) or four (distance walk: both
 // sides opened, one level down each), so stacks never exceed 2 * 60 + 1 and 3 * 60 + 1 pairs.
 constexpr int kPairStack = 192;
+constexpr std::size_t kBestFirstPending = 1024;
 constexpr int kNodeStack = 64;
 // Added to |R| in the separating-axis test so that near-parallel edge pairs, whose cross
 // product is nearly zero, cannot produce a false separation from rounding.
@@ -581,56 +582,71 @@ void ForLeavesBelow(const PairFrame& f, const double* best, bool inclusive, Walk
     double lb;
   };
   // Pending pairs: a min-heap on lb (best first) or a stack (depth first). A depth-first walk
-  // pops one pair and pushes at most four, so its stack stays within 3 * 60 + 1 entries; a
-  // best-first heap has no such bound and spills to the heap beyond the inline capacity.
+  // pops one pair and pushes at most three, so its stack stays within 3 * 60 + 1 entries. A
+  // best-first heap has no such bound: when it fills the inline capacity, many pairs lie at
+  // nearly the same bound (surfaces that follow each other, a peg in its hole), where best
+  // first opens hardly fewer pairs than depth first while the heap costs a logarithm per step;
+  // the walk then goes on depth first from the pending pairs sorted farthest first.
   absl::InlinedVector<Entry, kPairStack> pending;
-  const bool best_first = order == WalkOrder::kBestFirst;
+  bool best_first = order == WalkOrder::kBestFirst;
   auto later = [](const Entry& x, const Entry& y) { return x.lb > y.lb; };
-  const double root_lb = bound(A[0], B[0], *best);
-  if (pruned(root_lb)) return;
-  pending.push_back({0, 0, root_lb});
-  while (!pending.empty()) {
-    if (best_first) std::pop_heap(pending.begin(), pending.end(), later);
-    const Entry e = pending.back();
-    pending.pop_back();
+  auto push = [&](const Entry& x) {
+    pending.push_back(x);
+    if (!best_first) return;
+    std::push_heap(pending.begin(), pending.end(), later);
+    if (pending.size() == kBestFirstPending) {
+      std::sort_heap(pending.begin(), pending.end(), later);  // farthest first
+      best_first = false;
+    }
+  };
+  Entry e{0, 0, bound(A[0], B[0], *best)};
+  for (;;) {
     if (pruned(e.lb)) {
-      if (best_first) return;  // the least pending bound: every other pair is pruned too
-      continue;
-    }
-    const BvhNode& na = A[e.ia];
-    const BvhNode& nb = B[e.ib];
-    if (na.IsLeaf() && nb.IsLeaf()) {
-      if (leaf(na, nb)) return;
-      continue;
-    }
-    // Open both sides when neither is a leaf (fewer intermediate pairs to bound), else the
-    // inner one.
-    Entry c[4];
-    int n = 0;
-    if (!na.IsLeaf() && !nb.IsLeaf()) {
-      for (uint32_t ca = na.index; ca <= na.index + 1; ++ca) {
-        for (uint32_t cb = nb.index; cb <= nb.index + 1; ++cb) {
-          c[n++] = {ca, cb, bound(A[ca], B[cb], *best)};
-        }
-      }
-    } else if (nb.IsLeaf()) {
-      c[n++] = {na.index, e.ib, bound(A[na.index], nb, *best)};
-      c[n++] = {na.index + 1, e.ib, bound(A[na.index + 1], nb, *best)};
+      // Best first, e is never farther than a pending pair: all of them are pruned too.
+      if (best_first) return;
+    } else if (A[e.ia].IsLeaf() && B[e.ib].IsLeaf()) {
+      if (leaf(A[e.ia], B[e.ib])) return;
     } else {
-      c[n++] = {e.ia, nb.index, bound(na, B[nb.index], *best)};
-      c[n++] = {e.ia, nb.index + 1, bound(na, B[nb.index + 1], *best)};
-    }
-    if (!best_first) {
-      // Farthest first onto the stack, so the nearest is popped next (insertion sort, <= 4).
+      const BvhNode& na = A[e.ia];
+      const BvhNode& nb = B[e.ib];
+      // Open both sides when neither is a leaf (fewer intermediate pairs to bound), else the
+      // inner one.
+      Entry c[4];
+      int n = 0;
+      if (!na.IsLeaf() && !nb.IsLeaf()) {
+        for (uint32_t ca = na.index; ca <= na.index + 1; ++ca) {
+          for (uint32_t cb = nb.index; cb <= nb.index + 1; ++cb) {
+            c[n++] = {ca, cb, bound(A[ca], B[cb], *best)};
+          }
+        }
+      } else if (nb.IsLeaf()) {
+        c[n++] = {na.index, e.ib, bound(A[na.index], nb, *best)};
+        c[n++] = {na.index + 1, e.ib, bound(A[na.index + 1], nb, *best)};
+      } else {
+        c[n++] = {e.ia, nb.index, bound(na, B[nb.index], *best)};
+        c[n++] = {e.ia, nb.index + 1, bound(na, B[nb.index + 1], *best)};
+      }
+      // Farthest first (insertion sort, <= 4 entries); the nearest child is taken next without
+      // a push and a pop when it is not farther than every pending pair (always, depth first).
       for (int k = 1; k < n; ++k) {
         for (int m = k; m > 0 && c[m - 1].lb < c[m].lb; --m) std::swap(c[m - 1], c[m]);
       }
+      for (int k = 0; k + 1 < n; ++k) {
+        if (!pruned(c[k].lb)) push(c[k]);
+      }
+      const Entry& nearest = c[n - 1];
+      if (!pruned(nearest.lb)) {
+        if (!best_first || pending.empty() || nearest.lb <= pending.front().lb) {
+          e = nearest;
+          continue;
+        }
+        push(nearest);
+      }
     }
-    for (int k = 0; k < n; ++k) {
-      if (pruned(c[k].lb)) continue;
-      pending.push_back(c[k]);
-      if (best_first) std::push_heap(pending.begin(), pending.end(), later);
-    }
+    if (pending.empty()) return;
+    if (best_first) std::pop_heap(pending.begin(), pending.end(), later);
+    e = pending.back();
+    pending.pop_back();
   }
 }
 
