@@ -47,7 +47,7 @@ bool NodeOverlapsBox(const Part& part, const BvhNode& n, const Aabb& box) {
 void VerticesInBox(const Part& part, const Aabb& box, std::vector<Candidate>* out) {
   const auto& N = part.nodes();
   const TriangleMesh& m = part.mesh();
-  std::vector<std::pair<uint32_t, uint32_t>> hits;  // (vertex, triangle)
+  std::vector<uint64_t> hits;  // vertex << 32 | triangle: sorted, vertex first, then triangle
   std::vector<uint32_t> stack = {0};
   while (!stack.empty()) {
     const BvhNode& n = N[stack.back()];
@@ -61,14 +61,15 @@ void VerticesInBox(const Part& part, const Aabb& box, std::vector<Candidate>* ou
     for (uint32_t k = 0; k < n.Count(); ++k) {
       const uint32_t tri = part.prims()[n.index + k];
       for (uint32_t v : m.triangles()[tri]) {
-        if (box.Contains(m.vertices()[v])) hits.emplace_back(v, tri);
+        if (box.Contains(m.vertices()[v])) hits.push_back(uint64_t{v} << 32 | tri);
       }
     }
   }
   std::sort(hits.begin(), hits.end());
   for (std::size_t i = 0; i < hits.size(); ++i) {
-    if (i > 0 && hits[i].first == hits[i - 1].first) continue;
-    out->push_back({m.vertices()[hits[i].first], hits[i].second});
+    const auto v = static_cast<uint32_t>(hits[i] >> 32);
+    if (i > 0 && v == static_cast<uint32_t>(hits[i - 1] >> 32)) continue;
+    out->push_back({m.vertices()[v], static_cast<uint32_t>(hits[i])});
   }
 }
 
@@ -136,6 +137,8 @@ std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const Rigid
                                        std::size_t cap) {
   std::vector<Candidate> all;
   if (cap == 0) return all;
+  // Lattice and beside points per crossing, at most (a vertex-like crossing has 3 directions).
+  all.reserve(crossings.size() * (15 + 3 * kMaxHalvings));
   // Arvo's box is exact up to rounding: grow it by far more than that.
   Aabb box_q = q.bounds().Transformed(X_PQ);
   const double magnitude =
@@ -193,6 +196,8 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
   for (const Candidate& c : candidates) {
     const Vec3 p_QC = X_QP * c.p_P;
     if (!q.bounds().Contains(p_QC)) continue;
+    // A candidate's own bound (beside a crossing) below the best depth: skipped at once.
+    if (c.bound * (1.0 + kBoundSlack) + kBoundSlack < best.depth) continue;
     double upper = c.bound;
     if (have_anchor) {
       const double separation = (p_QC - anchor).norm();
