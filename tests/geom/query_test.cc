@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include "interference_internal.h"
 #include "testing/brute_force.h"
 #include "testing/random_geometry.h"
 
@@ -237,6 +238,18 @@ TEST_P(QueryOracle, ClosestPointAgreesWithAllTriangles) {
     } else {
       EXPECT_EQ(b.distance, std::numeric_limits<double>::infinity());
     }
+    // Some surface point strictly within a radius (any, not the closest), or none.
+    const PointDistanceResult w = internal::SurfacePointWithin(*part, p, bound);
+    ASSERT_EQ(std::isfinite(w.distance), expected < bound) << "trial " << i;
+    if (std::isfinite(w.distance)) {
+      EXPECT_LT(w.distance, bound);
+      EXPECT_GE(w.distance, expected);
+      EXPECT_EQ(w.distance, (w.p_PC - p).norm());
+      EXPECT_LT((ClosestPointOnTriangle(w.p_PC, part->mesh().triangle(w.triangle)) - w.p_PC).norm(),
+                1e-9);
+    }
+    EXPECT_EQ(internal::SurfacePointWithin(*part, p, expected).distance,
+              std::numeric_limits<double>::infinity());
   }
   EXPECT_GT(found_within, bounded / 4);
   EXPECT_LT(found_within, bounded * 3 / 4);

@@ -216,9 +216,21 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
     // Only a candidate deeper than the best so far matters: search within that depth first
     // (cheap, the bound prunes) unless the candidate's bound is nearly as tight, then within
     // its bound, and without one only when rounding left nothing within it.
-    PointDistanceResult d;
-    if (best.depth > 0.0 && upper > 2.0 * best.depth) d = ClosestPoint(q, p_QC, best.depth);
-    if (!std::isfinite(d.distance)) d = ClosestPoint(q, p_QC, upper);
+    if (best.depth > 0.0 && upper > 2.0 * best.depth) {
+      // Surface strictly nearer than the best depth: not deeper. The point found is a piece of
+      // Q's surface and its distance an upper bound, so it serves as the next anchor (one
+      // whose ball is not known to be empty).
+      const PointDistanceResult near = internal::SurfacePointWithin(q, p_QC, best.depth);
+      if (std::isfinite(near.distance)) {
+        have_anchor = true;
+        anchor_outside = false;
+        anchor = p_QC;
+        anchor_distance = near.distance;
+        anchor_triangle = near.triangle;
+        continue;
+      }
+    }
+    PointDistanceResult d = ClosestPoint(q, p_QC, upper);
     if (!std::isfinite(d.distance)) d = ClosestPoint(q, p_QC);
     const std::optional<bool> inside = InsideFromClosestFace(q, p_QC, d);
     have_anchor = true;

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "clash/geom/part.h"
+#include "clash/geom/query.h"
 #include "clash/geom/transform.h"
 
 namespace clash::geom::internal {
@@ -36,5 +37,12 @@ struct DeepestPoint {
 [[nodiscard]] DeepestPoint DeepestInside(std::span<const DepthCandidate> candidates,
                                          const RigidTransform& X_WP, const Part& q,
                                          const RigidTransform& X_WQ);
+
+/// Some point of the part's surface strictly nearer than `radius` to p_PQ (part frame), not
+/// necessarily the closest: the first such triangle a nearest-first descent meets (distance
+/// +inf when there is none). Tells that a point is not deeper than a given depth for less than
+/// ClosestPoint costs.
+[[nodiscard]] PointDistanceResult SurfacePointWithin(const Part& part, const Vec3& p_PQ,
+                                                     double radius);
 
 }  // namespace clash::geom::internal

@@ -7,6 +7,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "footprint_internal.h"
+#include "interference_internal.h"
 #include "ray_bvh_internal.h"
 #include "ray_internal.h"
 #include "separation_internal.h"
@@ -537,6 +538,41 @@ PointDistanceResult ClosestPoint(const Part& part, const Vec3& p_PQ, double uppe
     if (c0.gap2 <= prune2) stack[sp++] = c0;
   }
   if (found) r.distance = best;
+  return r;
+}
+
+PointDistanceResult internal::SurfacePointWithin(const Part& part, const Vec3& p_PQ,
+                                                 double radius) {
+  PointDistanceResult r;
+  if (!(radius > 0.0)) return r;
+  const auto& N = part.nodes();
+  // Nodes are pruned on squared gaps with the slack ClosestPoint uses; triangles are taken
+  // only when strictly nearer than the radius.
+  const double prune2 = radius * radius * kSquaredPruneSlack;
+  uint32_t stack[kNodeStack];
+  int sp = 0;
+  if (NodeGap2(part, N[0], p_PQ) > prune2) return r;
+  stack[sp++] = 0;
+  while (sp > 0) {
+    const BvhNode& n = N[stack[--sp]];
+    if (n.IsLeaf()) {
+      for (uint32_t k = 0; k < n.Count(); ++k) {
+        const uint32_t id = part.prims()[n.index + k];
+        const Vec3 c = ClosestPointOnTriangle(p_PQ, part.mesh().triangle(id));
+        const double d = (p_PQ - c).norm();
+        if (d < radius) return {d, c, id};
+      }
+      continue;
+    }
+    // Nearer child on top of the stack.
+    const double g0 = NodeGap2(part, N[n.index], p_PQ);
+    const double g1 = NodeGap2(part, N[n.index + 1], p_PQ);
+    const uint32_t near = g0 <= g1 ? n.index : n.index + 1;
+    const uint32_t far = g0 <= g1 ? n.index + 1 : n.index;
+    assert(sp + 2 <= kNodeStack);
+    if (std::max(g0, g1) <= prune2) stack[sp++] = far;
+    if (std::min(g0, g1) <= prune2) stack[sp++] = near;
+  }
   return r;
 }
 
