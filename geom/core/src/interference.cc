@@ -101,9 +101,13 @@ void LatticePoints(const Part& part, std::span<const Crossing> crossings,
 }
 
 // Points of the crossing's triangle beside its intersection segment, at distances from
-// half the triangle's longest edge down to `min_offset`.
-void PointsBesideCrossing(const Part& part, const Crossing& x, double min_offset,
-                          std::vector<Candidate>* out) {
+// half the triangle's longest edge down to `min_offset`, on the side that enters the other part
+// (against `other_normal`, the outward normal of the crossed triangle in P's frame; both sides
+// when the triangle is square to it). The other side leaves the other part there: it can only
+// be inside it again beyond another crossing of this triangle, whose points come from that
+// crossing.
+void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other_normal,
+                          double min_offset, std::vector<Candidate>* out) {
   const Triangle t = part.mesh().triangle(x.tri);
   const double longest = std::sqrt(
       std::max({(t.b - t.a).squaredNorm(), (t.c - t.b).squaredNorm(), (t.a - t.c).squaredNorm()}));
@@ -121,7 +125,9 @@ void PointsBesideCrossing(const Part& part, const Crossing& x, double min_offset
       if (to.norm() > 0.0) dirs[n_dirs++] = to.normalized();
     }
   }
+  const double normal_length = other_normal.norm();
   for (int d = 0; d < n_dirs; ++d) {
+    if (other_normal.dot(dirs[d]) > 1e-9 * normal_length) continue;  // leaves the other part
     double s = 0.5 * longest;
     for (int k = 0; k < kMaxHalvings && (k == 0 || s >= min_offset); ++k, s *= 0.5) {
       // mid lies on the other surface: the candidate is at most its distance from it.
@@ -150,7 +156,10 @@ std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const Rigid
     while (j < crossings.size() && crossings[j].tri == crossings[i].tri) ++j;
     LatticePoints(p, std::span(crossings).subspan(i, j - i), &all);
   }
-  for (const Crossing& x : crossings) PointsBesideCrossing(p, x, 0.5 * contact, &all);
+  for (const Crossing& x : crossings) {
+    const Vec3 other_normal = X_PQ.R * q.mesh().triangle(x.other).RawNormal();
+    PointsBesideCrossing(p, x, other_normal, 0.5 * contact, &all);
+  }
   if (all.size() <= cap) return all;
   std::vector<Candidate> kept(cap);
   for (std::size_t i = 0; i < cap; ++i) kept[i] = all[i * all.size() / cap];
