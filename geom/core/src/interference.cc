@@ -42,12 +42,27 @@ bool NodeOverlapsBox(const Part& part, const BvhNode& n, const Aabb& box) {
   return BoxesOverlap(box.HalfExtents(), n.half, part.NodeAxes(n), t);
 }
 
-// P's vertices inside `box` (P frame), each with the smallest-index triangle that holds it
-// among those of the leaves the box reaches; in vertex order.
+// P's vertices inside `box` (P frame), each once with the smallest-index triangle that holds
+// it among those of the leaves the box reaches, in the order the walk first meets them (leaf
+// order: neighbours come in runs, which DeepestInside's bounds use). Vertices are marked in a
+// per-thread array stamped per call, so nothing is sorted or cleared.
 void VerticesInBox(const Part& part, const Aabb& box, std::vector<Candidate>* out) {
   const auto& N = part.nodes();
   const TriangleMesh& m = part.mesh();
-  std::vector<uint64_t> hits;  // vertex << 32 | triangle: sorted, vertex first, then triangle
+  struct Marks {
+    std::vector<uint32_t> stamp;  // == call: the vertex is out->at(slot)
+    std::vector<uint32_t> slot;
+    uint32_t call = 0;
+  };
+  thread_local Marks marks;
+  if (marks.stamp.size() < m.vertices().size()) {
+    marks.stamp.assign(m.vertices().size(), 0);
+    marks.slot.resize(m.vertices().size());
+  }
+  if (++marks.call == 0) {  // wrapped: no stale stamp may equal a new call
+    std::fill(marks.stamp.begin(), marks.stamp.end(), 0);
+    marks.call = 1;
+  }
   std::vector<uint32_t> stack = {0};
   while (!stack.empty()) {
     const BvhNode& n = N[stack.back()];
@@ -61,15 +76,17 @@ void VerticesInBox(const Part& part, const Aabb& box, std::vector<Candidate>* ou
     for (uint32_t k = 0; k < n.Count(); ++k) {
       const uint32_t tri = part.prims()[n.index + k];
       for (uint32_t v : m.triangles()[tri]) {
-        if (box.Contains(m.vertices()[v])) hits.push_back(uint64_t{v} << 32 | tri);
+        if (!box.Contains(m.vertices()[v])) continue;
+        if (marks.stamp[v] != marks.call) {
+          marks.stamp[v] = marks.call;
+          marks.slot[v] = static_cast<uint32_t>(out->size());
+          out->push_back({m.vertices()[v], tri});
+        } else {
+          uint32_t& held = (*out)[marks.slot[v]].tri;
+          held = std::min(held, tri);
+        }
       }
     }
-  }
-  std::sort(hits.begin(), hits.end());
-  for (std::size_t i = 0; i < hits.size(); ++i) {
-    const auto v = static_cast<uint32_t>(hits[i] >> 32);
-    if (i > 0 && v == static_cast<uint32_t>(hits[i - 1] >> 32)) continue;
-    out->push_back({m.vertices()[v], static_cast<uint32_t>(hits[i])});
   }
 }
 
