@@ -90,12 +90,12 @@ void VerticesInBox(const Part& part, const Aabb& box, std::vector<Candidate>* ou
   }
 }
 
-// Distance from p to the segment [a, b].
-double DistanceToSegment(const Vec3& p, const Vec3& a, const Vec3& b) {
+// Squared distance from p to the segment [a, b].
+double SquaredDistanceToSegment(const Vec3& p, const Vec3& a, const Vec3& b) {
   const Vec3 ab = b - a;
   const double len2 = ab.squaredNorm();
   const double s = len2 > 0.0 ? std::clamp((p - a).dot(ab) / len2, 0.0, 1.0) : 0.0;
-  return (p - (a + s * ab)).norm();
+  return (p - (a + s * ab)).squaredNorm();
 }
 
 // Lattice points of the triangle of `crossings` (all on one triangle of P), vertices excluded.
@@ -110,9 +110,11 @@ void LatticePoints(const Part& part, std::span<const Crossing> crossings,
       const int k = kLattice - i - j;
       if (i == kLattice || j == kLattice || k == kLattice) continue;
       const Vec3 p = (i * t.a + j * t.b + k * t.c) / static_cast<double>(kLattice);
-      double bound = std::numeric_limits<double>::infinity();
-      for (const Crossing& x : crossings) bound = std::min(bound, DistanceToSegment(p, x.p0, x.p1));
-      out->push_back({p, tri, bound});
+      double bound2 = std::numeric_limits<double>::infinity();
+      for (const Crossing& x : crossings) {
+        bound2 = std::min(bound2, SquaredDistanceToSegment(p, x.p0, x.p1));
+      }
+      out->push_back({p, tri, std::sqrt(bound2)});  // the least distance: sqrt is monotonic
     }
   }
 }
