@@ -90,19 +90,23 @@ void VerticesInBox(const Part& part, const Aabb& box, std::vector<Candidate>* ou
   }
 }
 
-// Squared distance from p to the segment [a, b].
-double SquaredDistanceToSegment(const Vec3& p, const Vec3& a, const Vec3& b) {
+// The point of the segment [a, b] nearest to p.
+Vec3 NearestOnSegment(const Vec3& p, const Vec3& a, const Vec3& b) {
   const Vec3 ab = b - a;
   const double len2 = ab.squaredNorm();
   const double s = len2 > 0.0 ? std::clamp((p - a).dot(ab) / len2, 0.0, 1.0) : 0.0;
-  return (p - (a + s * ab)).squaredNorm();
+  return a + s * ab;
 }
 
-// Lattice points of the triangle of `crossings` (all on one triangle of P), vertices excluded.
-// Each intersection segment lies on the other part's surface, so a point's distance to the
-// nearest segment bounds its distance to that surface.
+// Lattice points of the triangle of `crossings` (all on one triangle of P), vertices excluded,
+// on the side of their nearest intersection segment that enters the other part (against the
+// outward normal of that segment's crossed triangle, `other_normals[i]` for crossings[i], in
+// P's frame). Each segment lies on the other part's surface, so a point's distance to the
+// nearest one bounds its distance to that surface; and the straight way from the point to it
+// crosses no other segment (that crossing would be nearer), so the point is inside the other
+// part only if that side is.
 void LatticePoints(const Part& part, std::span<const Crossing> crossings,
-                   std::vector<Candidate>* out) {
+                   std::span<const Vec3> other_normals, std::vector<Candidate>* out) {
   const uint32_t tri = crossings.front().tri;
   const Triangle t = part.mesh().triangle(tri);
   for (int i = 0; i <= kLattice; ++i) {
@@ -111,10 +115,19 @@ void LatticePoints(const Part& part, std::span<const Crossing> crossings,
       if (i == kLattice || j == kLattice || k == kLattice) continue;
       const Vec3 p = (i * t.a + j * t.b + k * t.c) / static_cast<double>(kLattice);
       double bound2 = std::numeric_limits<double>::infinity();
-      for (const Crossing& x : crossings) {
-        bound2 = std::min(bound2, SquaredDistanceToSegment(p, x.p0, x.p1));
+      Vec3 to_nearest = Vec3::Zero();
+      std::size_t nearest = 0;
+      for (std::size_t x = 0; x < crossings.size(); ++x) {
+        const Vec3 d = p - NearestOnSegment(p, crossings[x].p0, crossings[x].p1);
+        if (d.squaredNorm() < bound2) {
+          bound2 = d.squaredNorm();
+          to_nearest = d;
+          nearest = x;
+        }
       }
-      out->push_back({p, tri, std::sqrt(bound2)});  // the least distance: sqrt is monotonic
+      const Vec3& n = other_normals[nearest];
+      if (n.dot(to_nearest) > 1e-9 * n.norm() * std::sqrt(bound2)) continue;  // outside there
+      out->push_back({p, tri, std::sqrt(bound2)});
     }
   }
 }
@@ -170,14 +183,19 @@ std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const Rigid
       std::max(box_q.min.cwiseAbs().maxCoeff(), box_q.max.cwiseAbs().maxCoeff());
   box_q = box_q.Inflated(1e-9 * (box_q.Diagonal() + magnitude) + 1e-12);
   VerticesInBox(p, box_q, &all);
+  // Outward normals of the crossed triangles of Q, in P's frame.
+  std::vector<Vec3> other_normals(crossings.size());
+  for (std::size_t i = 0; i < crossings.size(); ++i) {
+    other_normals[i] = X_PQ.R * q.mesh().triangle(crossings[i].other).RawNormal();
+  }
   // Crossings come sorted by triangle: one lattice per run of equal triangles.
   for (std::size_t i = 0, j = 0; i < crossings.size(); i = j) {
     while (j < crossings.size() && crossings[j].tri == crossings[i].tri) ++j;
-    LatticePoints(p, std::span(crossings).subspan(i, j - i), &all);
+    LatticePoints(p, std::span(crossings).subspan(i, j - i),
+                  std::span<const Vec3>(other_normals).subspan(i, j - i), &all);
   }
-  for (const Crossing& x : crossings) {
-    const Vec3 other_normal = X_PQ.R * q.mesh().triangle(x.other).RawNormal();
-    PointsBesideCrossing(p, x, other_normal, 0.5 * contact, &all);
+  for (std::size_t i = 0; i < crossings.size(); ++i) {
+    PointsBesideCrossing(p, crossings[i], other_normals[i], 0.5 * contact, &all);
   }
   if (all.size() <= cap) return all;
   std::vector<Candidate> kept(cap);
