@@ -94,6 +94,7 @@ TEST(Motion, PoseAtEndpointsAndMidpoints) {
   ExpectPoseNear(lin.PoseAt(0.5), At(15 * d) * X0, "linear t=0.5");
   ExpectPoseNear(lin.PoseAt(1), At(30 * d) * X0, "linear t=1");
   ExpectPoseNear(lin.PoseAt(1.5), lin.PoseAt(1), "linear clamps t");
+  EXPECT_EQ(lin.AxialTravel(), 30);
 
   // Rotation about the z axis through c by 90 degrees: a point goes c + Rz(φ)(x - c).
   const Vec3 c(1, 2, 3);
@@ -105,12 +106,17 @@ TEST(Motion, PoseAtEndpointsAndMidpoints) {
   // At t = 1 a point straight beside the axis has turned a quarter.
   const Vec3 beside = X0.Inverse() * (c + Vec3(10, 0, 0));
   EXPECT_LE((rot.PoseAt(1) * beside - (c + Vec3(0, 10, 0))).norm(), kPoseTol);
+  EXPECT_EQ(rot.AxialTravel(), 0);
 
   // Screw: two turns with pitch 3 advance 6 along the axis; each whole turn returns the
   // rotation.
   const Motion screw = Ok(Motion::Screw(X0, c, Vec3::UnitZ(), 4 * kPi, 3));
   ExpectPoseNear(screw.PoseAt(0.5), At(Vec3(0, 0, 3)) * X0, "screw one turn");
   ExpectPoseNear(screw.PoseAt(1), At(Vec3(0, 0, 6)) * X0, "screw two turns");
+  EXPECT_NEAR(screw.AxialTravel(), 6, 1e-12);
+  // A left-hand thread (negative pitch), and a turn backwards, advance against the axis.
+  EXPECT_NEAR(Ok(Motion::Screw(X0, c, Vec3::UnitZ(), 4 * kPi, -3)).AxialTravel(), -6, 1e-12);
+  EXPECT_NEAR(Ok(Motion::Screw(X0, c, Vec3::UnitZ(), -kPi, 3)).AxialTravel(), -1.5, 1e-12);
   {
     const Vec3 want = c + AxisAngle(kPi, Vec3::UnitZ()) * (X0 * p_P - c) + Vec3(0, 0, 1.5);
     EXPECT_LE((screw.PoseAt(0.25) * p_P - want).norm(), kPoseTol) << "screw half turn";
@@ -123,6 +129,7 @@ TEST(Motion, PoseAtEndpointsAndMidpoints) {
   ExpectPoseNear(path.PoseAt(0), X0, "keyframe 0");
   ExpectPoseNear(path.PoseAt(0.3), K1, "keyframe 1");
   ExpectPoseNear(path.PoseAt(1), K2, "keyframe 2");
+  EXPECT_EQ(path.AxialTravel(), 0);
   for (double s : {0.25, 0.5, 0.8}) {
     const double t = 0.3 + s * 0.7;
     const RigidTransform X = path.PoseAt(t);

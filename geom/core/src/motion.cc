@@ -53,6 +53,19 @@ absl::Status CheckFinite(double x, absl::string_view what) {
 
 }  // namespace
 
+double Motion::AxialTravel() const {
+  switch (kind_) {
+    case MotionKind::kLinear:
+      return amount_;
+    case MotionKind::kScrew:
+      return amount_ / (2.0 * std::numbers::pi) * pitch_;
+    case MotionKind::kRotation:
+    case MotionKind::kKeyframes:
+      return 0.0;
+  }
+  return 0.0;
+}
+
 const char* MotionKindName(MotionKind kind) {
   switch (kind) {
     case MotionKind::kLinear:

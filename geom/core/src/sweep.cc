@@ -4,7 +4,6 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
-#include <numbers>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -196,8 +195,7 @@ class Sweeper {
     const bool linear = motion_.kind() == MotionKind::kLinear;
     // Travel (linear) or advance (screw) per unit of t, and its world direction; 0 for a turn
     // without advance, which is free for good as soon as nothing is within the margin now.
-    double rate =
-        linear ? motion_.amount() : motion_.amount() * motion_.pitch_mm() / (2 * std::numbers::pi);
+    double rate = motion_.AxialTravel();
     Vec3 dir = motion_.direction();
     if (rate < 0) {
       rate = -rate;

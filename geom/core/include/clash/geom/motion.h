@@ -98,6 +98,9 @@ class Motion {
   [[nodiscard]] double amount() const { return amount_; }
   /// Advance per turn (screw); 0 otherwise.
   [[nodiscard]] double pitch_mm() const { return pitch_; }
+  /// Signed travel along direction() over the whole motion (t from 0 to 1): the distance
+  /// (linear), the advance amount() / 2π · pitch_mm() (screw); 0 for rotations and keyframes.
+  [[nodiscard]] double AxialTravel() const;
   /// The keyframes (keyframe paths only; empty otherwise), rotations re-orthonormalised.
   [[nodiscard]] const std::vector<Keyframe>& keyframes() const { return keys_; }
 
