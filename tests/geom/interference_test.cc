@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "interference_internal.h"
@@ -316,6 +317,47 @@ TEST(ClassifyPair, AgreesWithPrimitiveQueries) {
        {ClashClass::kClear, ClashClass::kHard, ClashClass::kClearance, ClashClass::kContained}) {
     EXPECT_GT(counts[static_cast<int>(c)], trials / 20) << ClashClassName(c);
   }
+}
+
+// The depth estimate takes points beside each intersection segment, and lattice points of the
+// crossing triangles, only on the side that enters the other part. Taking both sides gives the
+// same answers: the other side leaves the other part there.
+TEST(ClassifyPair, EnteringSideCandidatesGiveTheDepthOfBothSides) {
+  auto rng = SeededRng(707);
+  const int trials = Trials(240, 24);
+  int crossing = 0, hard = 0;
+  for (int i = 0; i < trials; ++i) {
+    PartPtr a, b;
+    const RigidTransform X_WA = RandomPose(rng, 50);
+    RigidTransform X_WB;
+    if (i % 2 == 0) {  // blobs
+      a = MakeBlob(rng, 8, 10, 14, 0.25).Part();
+      b = MakeBlob(rng, Uniform(rng, 1, 6), 9, 12, 0.3).Part();
+      X_WB = X_WA * RigidTransform{RandomRotation(rng), RandomPoint(rng, 10)};
+    } else {  // thin walls: tubes and plates against cylinders and boxes
+      a = (i % 4 == 1 ? MakeTube(4, 5, 10, 24) : testing::MakeSubdividedBox(Vec3(5, 3, 0.5), 4))
+              .Part();
+      b = (i % 3 != 0 ? MakeCylinder(Uniform(rng, 0.5, 4.5), 12, 20) : MakeBox(Vec3(1, 2, 6)))
+              .Part();
+      X_WB = X_WA * RigidTransform{RandomRotation(rng), RandomPoint(rng, 5)};
+    }
+    const PairTolerances tol = Tol(Uniform(rng, 0.01, 0.5));
+    const PairClassification got = ClassifyPair(*a, X_WA, *b, X_WB, tol);
+    const PairClassification all =
+        internal::ClassifyPairWith(*a, X_WA, *b, X_WB, tol, {.both_sides = true});
+    SCOPED_TRACE(::testing::Message() << "trial " << i);
+    ASSERT_EQ(got.intersecting_pairs, all.intersecting_pairs);
+    if (all.intersecting_pairs == 0) continue;
+    ++crossing;
+    hard += all.cls == ClashClass::kHard;
+    // The same class, depth, witness triangles and points, to the bit.
+    EXPECT_EQ(std::tie(got.cls, got.depth_mm, got.uncertain, got.tri_a, got.tri_b),
+              std::tie(all.cls, all.depth_mm, all.uncertain, all.tri_a, all.tri_b));
+    EXPECT_TRUE(got.p_WA == all.p_WA && got.p_WB == all.p_WB);
+  }
+  EXPECT_GT(crossing, trials / 3);
+  EXPECT_GT(hard, crossing / 4);
+  EXPECT_LT(hard, crossing);
 }
 
 TEST(ClassifyPair, CapsAndLimits) {

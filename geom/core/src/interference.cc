@@ -106,7 +106,8 @@ Vec3 NearestOnSegment(const Vec3& p, const Vec3& a, const Vec3& b) {
 // crosses no other segment (that crossing would be nearer), so the point is inside the other
 // part only if that side is.
 void LatticePoints(const Part& part, std::span<const Crossing> crossings,
-                   std::span<const Vec3> other_normals, std::vector<Candidate>* out) {
+                   std::span<const Vec3> other_normals, bool both_sides,
+                   std::vector<Candidate>* out) {
   const uint32_t tri = crossings.front().tri;
   const Triangle t = part.mesh().triangle(tri);
   for (int i = 0; i <= kLattice; ++i) {
@@ -126,7 +127,9 @@ void LatticePoints(const Part& part, std::span<const Crossing> crossings,
         }
       }
       const Vec3& n = other_normals[nearest];
-      if (n.dot(to_nearest) > 1e-9 * n.norm() * std::sqrt(bound2)) continue;  // outside there
+      if (!both_sides && n.dot(to_nearest) > 1e-9 * n.norm() * std::sqrt(bound2)) {
+        continue;  // outside there
+      }
       out->push_back({p, tri, std::sqrt(bound2)});
     }
   }
@@ -139,7 +142,7 @@ void LatticePoints(const Part& part, std::span<const Crossing> crossings,
 // be inside it again beyond another crossing of this triangle, whose points come from that
 // crossing.
 void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other_normal,
-                          double min_offset, std::vector<Candidate>* out) {
+                          double min_offset, bool both_sides, std::vector<Candidate>* out) {
   const Triangle t = part.mesh().triangle(x.tri);
   const double longest = std::sqrt(
       std::max({(t.b - t.a).squaredNorm(), (t.c - t.b).squaredNorm(), (t.a - t.c).squaredNorm()}));
@@ -159,7 +162,9 @@ void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other
   }
   const double normal_length = other_normal.norm();
   for (int d = 0; d < n_dirs; ++d) {
-    if (other_normal.dot(dirs[d]) > 1e-9 * normal_length) continue;  // leaves the other part
+    if (!both_sides && other_normal.dot(dirs[d]) > 1e-9 * normal_length) {
+      continue;  // leaves the other part
+    }
     double s = 0.5 * longest;
     for (int k = 0; k < kMaxHalvings && (k == 0 || s >= min_offset); ++k, s *= 0.5) {
       // mid lies on the other surface: the candidate is at most its distance from it.
@@ -172,7 +177,7 @@ void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other
 // The candidates of part P that may lie inside part Q (X_PQ: Q's pose in P), capped by stride.
 std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const RigidTransform& X_PQ,
                                        const std::vector<Crossing>& crossings, double contact,
-                                       std::size_t cap) {
+                                       std::size_t cap, const internal::DepthOptions& options) {
   std::vector<Candidate> all;
   if (cap == 0) return all;
   // Lattice and beside points per crossing, at most (a vertex-like crossing has 3 directions).
@@ -192,10 +197,11 @@ std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const Rigid
   for (std::size_t i = 0, j = 0; i < crossings.size(); i = j) {
     while (j < crossings.size() && crossings[j].tri == crossings[i].tri) ++j;
     LatticePoints(p, std::span(crossings).subspan(i, j - i),
-                  std::span<const Vec3>(other_normals).subspan(i, j - i), &all);
+                  std::span<const Vec3>(other_normals).subspan(i, j - i), options.both_sides, &all);
   }
   for (std::size_t i = 0; i < crossings.size(); ++i) {
-    PointsBesideCrossing(p, crossings[i], other_normals[i], 0.5 * contact, &all);
+    PointsBesideCrossing(p, crossings[i], other_normals[i], 0.5 * contact, options.both_sides,
+                         &all);
   }
   if (all.size() <= cap) return all;
   std::vector<Candidate> kept(cap);
@@ -317,6 +323,13 @@ const char* ClashClassName(ClashClass cls) {
 
 PairClassification ClassifyPair(const Part& a, const RigidTransform& X_WA, const Part& b,
                                 const RigidTransform& X_WB, const PairTolerances& tol) {
+  return internal::ClassifyPairWith(a, X_WA, b, X_WB, tol, {});
+}
+
+PairClassification internal::ClassifyPairWith(const Part& a, const RigidTransform& X_WA,
+                                              const Part& b, const RigidTransform& X_WB,
+                                              const PairTolerances& tol,
+                                              const DepthOptions& options) {
   PairClassification r;
   const double contact = std::max(0.0, tol.contact_mm);
   const double clearance = std::max(0.0, tol.clearance_mm);
@@ -343,11 +356,13 @@ PairClassification ClassifyPair(const Part& a, const RigidTransform& X_WA, const
     DeepestPoint in_b, in_a;  // candidates of a inside b, of b inside a
     if (b_closed) {
       in_b = internal::DeepestInside(
-          DepthCandidates(a, b, X_AW * X_WB, on_a, contact, tol.max_depth_samples), X_WA, b, X_WB);
+          DepthCandidates(a, b, X_AW * X_WB, on_a, contact, tol.max_depth_samples, options), X_WA,
+          b, X_WB);
     }
     if (a_closed) {
       in_a = internal::DeepestInside(
-          DepthCandidates(b, a, X_BW * X_WA, on_b, contact, tol.max_depth_samples), X_WB, a, X_WA);
+          DepthCandidates(b, a, X_BW * X_WA, on_b, contact, tol.max_depth_samples, options), X_WB,
+          a, X_WA);
     }
     // The deeper side gives the witnesses; equal depths are decided by the deepest point's
     // position, which does not depend on the order of the arguments.

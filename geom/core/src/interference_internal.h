@@ -5,6 +5,7 @@
 #include <limits>
 #include <span>
 
+#include "clash/geom/interference.h"
 #include "clash/geom/part.h"
 #include "clash/geom/query.h"
 #include "clash/geom/transform.h"
@@ -37,6 +38,20 @@ struct DeepestPoint {
 [[nodiscard]] DeepestPoint DeepestInside(std::span<const DepthCandidate> candidates,
                                          const RigidTransform& X_WP, const Part& q,
                                          const RigidTransform& X_WQ);
+
+/// How ClassifyPair's depth estimate picks its candidate points.
+struct DepthOptions {
+  /// Points beside intersection segments and lattice points of crossing triangles on both
+  /// sides of the segments, not only on the side that enters the other part: more points, the
+  /// same depths (what the tests check).
+  bool both_sides = false;
+};
+
+/// ClassifyPair with the given depth options (ClassifyPair uses the defaults).
+[[nodiscard]] PairClassification ClassifyPairWith(const Part& a, const RigidTransform& X_WA,
+                                                  const Part& b, const RigidTransform& X_WB,
+                                                  const PairTolerances& tol,
+                                                  const DepthOptions& options);
 
 /// Some point of the part's surface strictly nearer than `radius` to p_PQ (part frame), not
 /// necessarily the closest: the first such triangle a nearest-first descent meets (distance
