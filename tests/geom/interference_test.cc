@@ -321,7 +321,8 @@ TEST(ClassifyPair, AgreesWithPrimitiveQueries) {
 
 // The depth estimate takes points beside each intersection segment, and lattice points of the
 // crossing triangles, only on the side that enters the other part. Taking both sides gives the
-// same answers: the other side leaves the other part there.
+// same answers: the other side leaves the other part there. Vertices deduplicated by a sort (in
+// vertex order, as for parts too large for the per-thread stamps) give them too.
 TEST(ClassifyPair, EnteringSideCandidatesGiveTheDepthOfBothSides) {
   auto rng = SeededRng(707);
   const int trials = Trials(240, 24);
@@ -354,6 +355,11 @@ TEST(ClassifyPair, EnteringSideCandidatesGiveTheDepthOfBothSides) {
     EXPECT_EQ(std::tie(got.cls, got.depth_mm, got.uncertain, got.tri_a, got.tri_b),
               std::tie(all.cls, all.depth_mm, all.uncertain, all.tri_a, all.tri_b));
     EXPECT_TRUE(got.p_WA == all.p_WA && got.p_WB == all.p_WB);
+    const PairClassification sorted =
+        internal::ClassifyPairWith(*a, X_WA, *b, X_WB, tol, {.max_stamped_vertices = 0});
+    EXPECT_EQ(std::tie(got.cls, got.depth_mm, got.uncertain, got.tri_a, got.tri_b),
+              std::tie(sorted.cls, sorted.depth_mm, sorted.uncertain, sorted.tri_a, sorted.tri_b));
+    EXPECT_TRUE(got.p_WA == sorted.p_WA && got.p_WB == sorted.p_WB);
   }
   EXPECT_GT(crossing, trials / 3);
   EXPECT_GT(hard, crossing / 4);

@@ -42,27 +42,12 @@ bool NodeOverlapsBox(const Part& part, const BvhNode& n, const Aabb& box) {
   return BoxesOverlap(box.HalfExtents(), n.half, part.NodeAxes(n), t);
 }
 
-// P's vertices inside `box` (P frame), each once with the smallest-index triangle that holds
-// it among those of the leaves the box reaches, in the order the walk first meets them (leaf
-// order: neighbours come in runs, which DeepestInside's bounds use). Vertices are marked in a
-// per-thread array stamped per call, so nothing is sorted or cleared.
-void VerticesInBox(const Part& part, const Aabb& box, std::vector<Candidate>* out) {
+// Calls hit(v, tri) for every vertex v inside `box` (P frame) of every triangle tri of the
+// leaves of P that the box reaches, in the walk's leaf order.
+template <typename HitFn>
+void ForVerticesInBox(const Part& part, const Aabb& box, HitFn&& hit) {
   const auto& N = part.nodes();
   const TriangleMesh& m = part.mesh();
-  struct Marks {
-    std::vector<uint32_t> stamp;  // == call: the vertex is out->at(slot)
-    std::vector<uint32_t> slot;
-    uint32_t call = 0;
-  };
-  thread_local Marks marks;
-  if (marks.stamp.size() < m.vertices().size()) {
-    marks.stamp.assign(m.vertices().size(), 0);
-    marks.slot.resize(m.vertices().size());
-  }
-  if (++marks.call == 0) {  // wrapped: no stale stamp may equal a new call
-    std::fill(marks.stamp.begin(), marks.stamp.end(), 0);
-    marks.call = 1;
-  }
   std::vector<uint32_t> stack = {0};
   while (!stack.empty()) {
     const BvhNode& n = N[stack.back()];
@@ -76,18 +61,58 @@ void VerticesInBox(const Part& part, const Aabb& box, std::vector<Candidate>* ou
     for (uint32_t k = 0; k < n.Count(); ++k) {
       const uint32_t tri = part.prims()[n.index + k];
       for (uint32_t v : m.triangles()[tri]) {
-        if (!box.Contains(m.vertices()[v])) continue;
-        if (marks.stamp[v] != marks.call) {
-          marks.stamp[v] = marks.call;
-          marks.slot[v] = static_cast<uint32_t>(out->size());
-          out->push_back({m.vertices()[v], tri});
-        } else {
-          uint32_t& held = (*out)[marks.slot[v]].tri;
-          held = std::min(held, tri);
-        }
+        if (box.Contains(m.vertices()[v])) hit(v, tri);
       }
     }
   }
+}
+
+// P's vertices inside `box` (P frame), each once with the smallest-index triangle that holds
+// it among those of the leaves the box reaches. Parts of at most `max_stamped` vertices mark
+// them in a per-thread array stamped per call (nothing sorted or cleared; 8 bytes per vertex
+// of the largest such part, kept by the thread) and list them in the order the walk first
+// meets them (leaf order: neighbours come in runs, which DeepestInside's bounds use); larger
+// parts sort the hits instead and list them in vertex order.
+void VerticesInBox(const Part& part, const Aabb& box, std::size_t max_stamped,
+                   std::vector<Candidate>* out) {
+  const TriangleMesh& m = part.mesh();
+  const std::size_t n_vertices = m.vertices().size();
+  if (n_vertices > max_stamped) {
+    std::vector<uint64_t> hits;  // vertex << 32 | triangle: sorted, vertex first
+    ForVerticesInBox(part, box,
+                     [&](uint32_t v, uint32_t tri) { hits.push_back(uint64_t{v} << 32 | tri); });
+    std::sort(hits.begin(), hits.end());
+    for (std::size_t i = 0; i < hits.size(); ++i) {
+      const auto v = static_cast<uint32_t>(hits[i] >> 32);
+      if (i > 0 && v == static_cast<uint32_t>(hits[i - 1] >> 32)) continue;
+      out->push_back({m.vertices()[v], static_cast<uint32_t>(hits[i])});
+    }
+    return;
+  }
+  struct Marks {
+    std::vector<uint32_t> stamp;  // == call: the vertex is out->at(slot)
+    std::vector<uint32_t> slot;
+    uint32_t call = 0;
+  };
+  thread_local Marks marks;
+  if (marks.stamp.size() < n_vertices) {
+    marks.stamp.assign(n_vertices, 0);
+    marks.slot.resize(n_vertices);
+  }
+  if (++marks.call == 0) {  // wrapped: no stale stamp may equal a new call
+    std::fill(marks.stamp.begin(), marks.stamp.end(), 0);
+    marks.call = 1;
+  }
+  ForVerticesInBox(part, box, [&](uint32_t v, uint32_t tri) {
+    if (marks.stamp[v] != marks.call) {
+      marks.stamp[v] = marks.call;
+      marks.slot[v] = static_cast<uint32_t>(out->size());
+      out->push_back({m.vertices()[v], tri});
+    } else {
+      uint32_t& held = (*out)[marks.slot[v]].tri;
+      held = std::min(held, tri);
+    }
+  });
 }
 
 // The point of the segment [a, b] nearest to p.
@@ -187,7 +212,7 @@ std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const Rigid
   const double magnitude =
       std::max(box_q.min.cwiseAbs().maxCoeff(), box_q.max.cwiseAbs().maxCoeff());
   box_q = box_q.Inflated(1e-9 * (box_q.Diagonal() + magnitude) + 1e-12);
-  VerticesInBox(p, box_q, &all);
+  VerticesInBox(p, box_q, options.max_stamped_vertices, &all);
   // Outward normals of the crossed triangles of Q, in P's frame.
   std::vector<Vec3> other_normals(crossings.size());
   for (std::size_t i = 0; i < crossings.size(); ++i) {

@@ -1,6 +1,7 @@
 // Internals of ClassifyPair (interference.h), exposed for their tests.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -45,6 +46,9 @@ struct DepthOptions {
   /// sides of the segments, not only on the side that enters the other part: more points, the
   /// same depths (what the tests check).
   bool both_sides = false;
+  /// Vertices in the other part's box are deduplicated by a per-thread stamp array (8 bytes
+  /// per vertex) for parts of at most this many vertices, by a sort for larger ones.
+  std::size_t max_stamped_vertices = std::size_t{1} << 20;
 };
 
 /// ClassifyPair with the given depth options (ClassifyPair uses the defaults).
