@@ -361,9 +361,10 @@ TEST(ClassifyPair, EnteringSideCandidatesGiveTheDepthOfBothSides) {
               std::tie(sorted.cls, sorted.depth_mm, sorted.uncertain, sorted.tri_a, sorted.tri_b));
     EXPECT_TRUE(got.p_WA == sorted.p_WA && got.p_WB == sorted.p_WB);
   }
+  // Not vacuous: most pairs cross, and many of them deeply (contact within τ is rarer at
+  // random, and may not occur at all in a scaled-down run).
   EXPECT_GT(crossing, trials / 3);
   EXPECT_GT(hard, crossing / 4);
-  EXPECT_LT(hard, crossing);
 }
 
 TEST(ClassifyPair, CapsAndLimits) {
