@@ -367,6 +367,32 @@ TEST(ClassifyPair, EnteringSideCandidatesGiveTheDepthOfBothSides) {
   EXPECT_GT(hard, crossing / 4);
 }
 
+// A closed mesh given inside out (every triangle wound the other way) is turned outward at
+// creation, so it classifies exactly like the same mesh given outward.
+TEST(ClassifyPair, InsideOutMeshesClassifyLikeOutwardOnes) {
+  auto rng = SeededRng(909);
+  const int trials = Trials(40, 8);
+  int crossing = 0;
+  for (int i = 0; i < trials; ++i) {
+    RawMesh raw = MakeBlob(rng, 8, 10, 14, 0.25);
+    RawMesh inside_out = raw;
+    for (auto& t : inside_out.t) std::swap(t[1], t[2]);
+    const PartPtr a = raw.Part(), a_flipped = inside_out.Part();
+    ASSERT_TRUE(a_flipped->mesh().stats().turned_outward);
+    const PartPtr b = MakeBlob(rng, Uniform(rng, 1, 6), 9, 12, 0.3).Part();
+    const RigidTransform X_WA = RandomPose(rng, 50);
+    const RigidTransform X_WB = X_WA * RigidTransform{RandomRotation(rng), RandomPoint(rng, 10)};
+    const PairTolerances tol = Tol(Uniform(rng, 0.01, 0.5), Uniform(rng, 0, 3));
+    const PairClassification want = ClassifyPair(*a, X_WA, *b, X_WB, tol);
+    const PairClassification got = ClassifyPair(*a_flipped, X_WA, *b, X_WB, tol);
+    SCOPED_TRACE(::testing::Message() << "trial " << i);
+    EXPECT_EQ(std::tie(got.cls, got.depth_mm, got.distance_mm, got.tri_a, got.tri_b),
+              std::tie(want.cls, want.depth_mm, want.distance_mm, want.tri_a, want.tri_b));
+    crossing += want.intersecting_pairs > 0;
+  }
+  EXPECT_GT(crossing, trials / 4);
+}
+
 TEST(ClassifyPair, CapsAndLimits) {
   const PartPtr cube = MakeBox(Vec3(10, 10, 10)).Part();
   const PartPtr bar = MakeBox(Vec3(5, 3, 3)).Part();

@@ -117,6 +117,27 @@ TEST(TriangleMesh, ReportsOpenNonManifoldAndMisorientedEdges) {
   EXPECT_FALSE(m.IsClosed());
 }
 
+TEST(TriangleMesh, InsideOutClosedMeshIsTurnedOutward) {
+  const auto box = MakeBox(Vec3(1, 2, 3));
+  TriangleMesh m = box.Build();
+  EXPECT_FALSE(m.stats().turned_outward);
+  EXPECT_NEAR(m.SignedVolume(), 48.0, 1e-12);
+  auto inside_out = box;
+  for (auto& t : inside_out.t) std::swap(t[1], t[2]);
+  m = inside_out.Build();
+  EXPECT_TRUE(m.IsClosed());
+  EXPECT_TRUE(m.stats().turned_outward);
+  EXPECT_NEAR(m.SignedVolume(), 48.0, 1e-12);
+  // The same triangles (ids and tags) as given, each with its winding reversed.
+  ASSERT_EQ(m.triangles().size(), inside_out.t.size());
+  EXPECT_EQ(m.triangle(0).RawNormal().normalized(),
+            box.Build().triangle(0).RawNormal().normalized());
+  // Open meshes keep their winding: inside and outside mean nothing there.
+  auto open = inside_out;
+  open.t.pop_back();
+  EXPECT_FALSE(open.Build().stats().turned_outward);
+}
+
 TEST(TriangleMesh, CylinderVolumeConverges) {
   TriangleMesh m = MakeCylinder(5, 20, 256).Build();
   EXPECT_TRUE(m.IsClosed());

@@ -183,6 +183,10 @@ absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
   m.source_index_.shrink_to_fit();
   for (const Vec3& p : m.vertices_) m.bounds_.Add(p);
   AnalyseEdges(m.triangles_, &m.stats_);
+  if (m.stats_.oriented && m.SignedVolume() < 0.0) {
+    for (Index3& t : m.triangles_) std::swap(t[1], t[2]);
+    m.stats_.turned_outward = true;
+  }
   return m;
 }
 

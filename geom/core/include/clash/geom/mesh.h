@@ -39,6 +39,9 @@ struct MeshStats {
   std::size_t misoriented_edges = 0;     ///< Two-triangle edges traversed the same way by both.
   bool closed = false;                   ///< Every edge is shared by exactly two triangles.
   bool oriented = false;                 ///< Closed, and every edge is used once each way.
+  /// Closed and oriented but inside out (negative volume): every triangle's winding was
+  /// reversed, so that normals face out of the solid as the containment tests assume.
+  bool turned_outward = false;
 };
 
 /// A triangle mesh in its own frame (millimetres), validated at creation: finite coordinates,
