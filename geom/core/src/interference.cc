@@ -145,8 +145,9 @@ void LatticePoints(const Part& part, std::span<const Crossing> crossings,
       std::size_t nearest = 0;
       for (std::size_t x = 0; x < crossings.size(); ++x) {
         const Vec3 d = p - NearestOnSegment(p, crossings[x].p0, crossings[x].p1);
-        if (d.squaredNorm() < bound2) {
-          bound2 = d.squaredNorm();
+        const double d2 = d.squaredNorm();
+        if (d2 < bound2) {
+          bound2 = d2;
           to_nearest = d;
           nearest = x;
         }
@@ -206,7 +207,8 @@ std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const Rigid
   std::vector<Candidate> all;
   if (cap == 0) return all;
   // Lattice and beside points per crossing, at most (a vertex-like crossing has 3 directions).
-  all.reserve(crossings.size() * (15 + 3 * kMaxHalvings));
+  constexpr std::size_t kLatticePoints = (kLattice + 1) * (kLattice + 2) / 2 - 3;
+  all.reserve(crossings.size() * (kLatticePoints + 3 * kMaxHalvings));
   // Arvo's box is exact up to rounding: grow it by far more than that.
   Aabb box_q = q.bounds().Transformed(X_PQ);
   const double magnitude =

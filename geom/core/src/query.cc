@@ -490,53 +490,68 @@ constexpr double kSquaredPruneSlack = 1.0 + 1e-12;
 
 }  // namespace
 
-PointDistanceResult ClosestPoint(const Part& part, const Vec3& p_PQ, double upper_bound) {
-  PointDistanceResult r;
-  if (!(upper_bound >= 0.0)) return r;
+namespace {
+
+// Nearest-first walk of the leaves whose box comes within sqrt(*prune2) of p (part frame),
+// pruned on squared gaps (no square root per node); *prune2 may shrink as the leaves are
+// visited. `leaf(n)` returns true to stop.
+template <typename LeafFn>
+void ForLeavesNear(const Part& part, const Vec3& p, const double* prune2, LeafFn&& leaf) {
   const auto& N = part.nodes();
-  double best = upper_bound;
-  bool found = false;
-  // Until a triangle is found the bound is inclusive (a triangle exactly at upper_bound
-  // counts); afterwards only strictly nearer ones can improve. Nodes are pruned on squared
-  // gaps (no square root per node) with a little slack; the leaves decide exactly.
-  double prune2 = best * best * kSquaredPruneSlack;
   struct Entry {
     uint32_t node;
     double gap2;
   } stack[kNodeStack];
   int sp = 0;
-  const double root_gap2 = NodeGap2(part, N[0], p_PQ);
-  if (root_gap2 > prune2) return r;
+  const double root_gap2 = NodeGap2(part, N[0], p);
+  if (root_gap2 > *prune2) return;
   stack[sp++] = {0, root_gap2};
   while (sp > 0) {
     const Entry e = stack[--sp];
-    if (e.gap2 > prune2) continue;
+    if (e.gap2 > *prune2) continue;
     const BvhNode& n = N[e.node];
     if (n.IsLeaf()) {
-      for (uint32_t k = 0; k < n.Count(); ++k) {
-        const uint32_t id = part.prims()[n.index + k];
-        const Vec3 c = ClosestPointOnTriangle(p_PQ, part.mesh().triangle(id));
-        const double d2 = (p_PQ - c).squaredNorm();
-        if (d2 > prune2) continue;
-        const double d = std::sqrt(d2);
-        if (found ? d < best : d <= best) {
-          best = d;
-          prune2 = d2 * kSquaredPruneSlack;
-          found = true;
-          r.p_PC = c;
-          r.triangle = id;
-        }
-      }
+      if (leaf(n)) return;
       continue;
     }
     // Nearer child on top of the stack.
-    Entry c0{n.index, NodeGap2(part, N[n.index], p_PQ)};
-    Entry c1{n.index + 1, NodeGap2(part, N[n.index + 1], p_PQ)};
+    Entry c0{n.index, NodeGap2(part, N[n.index], p)};
+    Entry c1{n.index + 1, NodeGap2(part, N[n.index + 1], p)};
     if (c1.gap2 < c0.gap2) std::swap(c0, c1);
     assert(sp + 2 <= kNodeStack);
-    if (c1.gap2 <= prune2) stack[sp++] = c1;
-    if (c0.gap2 <= prune2) stack[sp++] = c0;
+    if (c1.gap2 <= *prune2) stack[sp++] = c1;
+    if (c0.gap2 <= *prune2) stack[sp++] = c0;
   }
+}
+
+}  // namespace
+
+PointDistanceResult ClosestPoint(const Part& part, const Vec3& p_PQ, double upper_bound) {
+  PointDistanceResult r;
+  if (!(upper_bound >= 0.0)) return r;
+  double best = upper_bound;
+  bool found = false;
+  // Until a triangle is found the bound is inclusive (a triangle exactly at upper_bound
+  // counts); afterwards only strictly nearer ones can improve. Nodes are pruned on squared
+  // gaps with a little slack; the leaves decide exactly.
+  double prune2 = best * best * kSquaredPruneSlack;
+  ForLeavesNear(part, p_PQ, &prune2, [&](const BvhNode& n) {
+    for (uint32_t k = 0; k < n.Count(); ++k) {
+      const uint32_t id = part.prims()[n.index + k];
+      const Vec3 c = ClosestPointOnTriangle(p_PQ, part.mesh().triangle(id));
+      const double d2 = (p_PQ - c).squaredNorm();
+      if (d2 > prune2) continue;
+      const double d = std::sqrt(d2);
+      if (found ? d < best : d <= best) {
+        best = d;
+        prune2 = d2 * kSquaredPruneSlack;
+        found = true;
+        r.p_PC = c;
+        r.triangle = id;
+      }
+    }
+    return false;
+  });
   if (found) r.distance = best;
   return r;
 }
@@ -545,34 +560,20 @@ PointDistanceResult internal::SurfacePointWithin(const Part& part, const Vec3& p
                                                  double radius) {
   PointDistanceResult r;
   if (!(radius > 0.0)) return r;
-  const auto& N = part.nodes();
-  // Nodes are pruned on squared gaps with the slack ClosestPoint uses; triangles are taken
-  // only when strictly nearer than the radius.
+  // Nodes are pruned with ClosestPoint's slack; triangles count only when strictly nearer.
   const double prune2 = radius * radius * kSquaredPruneSlack;
-  uint32_t stack[kNodeStack];
-  int sp = 0;
-  if (NodeGap2(part, N[0], p_PQ) > prune2) return r;
-  stack[sp++] = 0;
-  while (sp > 0) {
-    const BvhNode& n = N[stack[--sp]];
-    if (n.IsLeaf()) {
-      for (uint32_t k = 0; k < n.Count(); ++k) {
-        const uint32_t id = part.prims()[n.index + k];
-        const Vec3 c = ClosestPointOnTriangle(p_PQ, part.mesh().triangle(id));
-        const double d = (p_PQ - c).norm();
-        if (d < radius) return {d, c, id};
+  ForLeavesNear(part, p_PQ, &prune2, [&](const BvhNode& n) {
+    for (uint32_t k = 0; k < n.Count(); ++k) {
+      const uint32_t id = part.prims()[n.index + k];
+      const Vec3 c = ClosestPointOnTriangle(p_PQ, part.mesh().triangle(id));
+      const double d = (p_PQ - c).norm();
+      if (d < radius) {
+        r = {d, c, id};
+        return true;
       }
-      continue;
     }
-    // Nearer child on top of the stack.
-    const double g0 = NodeGap2(part, N[n.index], p_PQ);
-    const double g1 = NodeGap2(part, N[n.index + 1], p_PQ);
-    const uint32_t near = g0 <= g1 ? n.index : n.index + 1;
-    const uint32_t far = g0 <= g1 ? n.index + 1 : n.index;
-    assert(sp + 2 <= kNodeStack);
-    if (std::max(g0, g1) <= prune2) stack[sp++] = far;
-    if (std::min(g0, g1) <= prune2) stack[sp++] = near;
-  }
+    return false;
+  });
   return r;
 }
 
