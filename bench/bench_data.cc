@@ -199,14 +199,20 @@ absl::StatusOr<std::unique_ptr<PartData>> ReadPart(const std::string& name) {
   if (!buffers.ok()) return buffers.status();
   auto mesh = geom::TriangleMesh::FromBuffers(buffers->xyz, buffers->triangles, buffers->face_ids);
   if (!mesh.ok()) return mesh.status();
-  p->mesh = *std::move(mesh);
-  p->diagonal = p->mesh.bounds().Diagonal();
+  p->diagonal = mesh->bounds().Diagonal();
   for (std::size_t m = 0; m < kModes.size(); ++m) {
     geom::PartOptions options;
     options.bv.mode = kModes[m];
-    auto part = geom::Part::Create(p->mesh, options);
+    auto part = geom::Part::Create(*mesh, options);
     if (!part.ok()) return part.status();
     p->parts[m] = *std::move(part);
+    // A part stores its mesh in hierarchy order (the same in every mode: the node volumes
+    // do not change the topology); every library gets that mesh, so triangle ids agree.
+    if (m == 0) {
+      p->mesh = p->parts[0]->mesh();
+    } else if (p->parts[m]->mesh().triangles() != p->mesh.triangles()) {
+      return absl::InternalError("the part's triangle order depends on the volume mode");
+    }
     const geom::PartStats& st = p->parts[m]->stats();
     std::fprintf(stderr,
                  "# part %s (%s): %zu triangles, diagonal %.6g mm, closed %d; %s: %zu nodes, "

@@ -262,12 +262,16 @@ struct ClashServer::Impl {
         for (const geom::Vec3& v : mesh.vertices()) {
           for (int k = 0; k < 3; ++k) xyz->AddAlreadyReserved(v[k]);
         }
+        // In upload order (the part keeps its triangles in hierarchy order).
+        const std::vector<uint32_t> order = mesh.InSourceOrder();
         auto* tris = response->mutable_triangles();
-        tris->Reserve(static_cast<int>(3 * mesh.num_triangles()));
-        for (const geom::TriangleMesh::Index3& t : mesh.triangles()) {
-          for (uint32_t i : t) tris->AddAlreadyReserved(i);
+        tris->Reserve(static_cast<int>(3 * order.size()));
+        auto* faces = response->mutable_face_ids();
+        faces->Reserve(static_cast<int>(order.size()));
+        for (uint32_t id : order) {
+          for (uint32_t i : mesh.triangles()[id]) tris->AddAlreadyReserved(i);
+          faces->AddAlreadyReserved(mesh.tags()[id]);
         }
-        response->mutable_face_ids()->Add(mesh.tags().begin(), mesh.tags().end());
         const std::size_t bytes = response->ByteSizeLong();
         if (bytes > impl_->config.max_message_bytes) {
           response->Clear();

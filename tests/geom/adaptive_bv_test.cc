@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "clash/geom/part.h"
 #include "testing/random_geometry.h"
 
@@ -153,7 +155,7 @@ TEST(AdaptiveBv, EveryVertexInsideEveryEnclosingNode) {
           continue;
         }
         for (uint32_t k = 0; k < n.Count(); ++k) {
-          for (uint32_t v : part->mesh().triangles()[part->prims()[n.index + k]]) {
+          for (uint32_t v : part->mesh().triangles()[n.index + k]) {
             const Vec3& p = part->mesh().vertices()[v];
             for (uint32_t a : ancestors) {
               ASSERT_TRUE(part->NodeBox(nodes[a]).Contains(p))
@@ -164,6 +166,41 @@ TEST(AdaptiveBv, EveryVertexInsideEveryEnclosingNode) {
       }
     }
   }
+}
+
+// A part stores its mesh in leaf order: a permutation of the input triangles, each with its
+// vertices, tag and source index, and the leaves' ranges cover every triangle once.
+TEST(Part, StoresItsMeshInLeafOrder) {
+  auto rng = SeededRng(63);
+  RawMesh raw = MakeBlob(rng, 10, 12, 16, 0.3);
+  std::vector<uint32_t> tags(raw.t.size());
+  for (uint32_t i = 0; i < tags.size(); ++i) tags[i] = 5000 + i;
+  auto input = TriangleMesh::Create(raw.v, raw.t, tags);
+  ASSERT_TRUE(input.ok());
+  auto made = Part::Create(*input);
+  ASSERT_TRUE(made.ok());
+  const TriangleMesh& m = (*made)->mesh();
+  ASSERT_EQ(m.num_triangles(), input->num_triangles());
+  EXPECT_EQ(m.vertices().size(), input->vertices().size());
+  std::vector<int> seen(m.num_triangles(), 0);
+  int moved = 0;
+  for (uint32_t i = 0; i < m.num_triangles(); ++i) {
+    const uint32_t src = m.SourceIndex(i);
+    ASSERT_LT(src, input->num_triangles());
+    ++seen[src];
+    moved += src != i;
+    const Triangle a = m.triangle(i), b = input->triangle(src);
+    EXPECT_TRUE(a.a == b.a && a.b == b.b && a.c == b.c) << "triangle " << i;
+    EXPECT_EQ(m.tags()[i], tags[src]);
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(m.num_triangles()));
+  EXPECT_GT(moved, static_cast<int>(m.num_triangles() / 2));  // the order did change
+  std::vector<int> covered(m.num_triangles(), 0);
+  for (const BvhNode& n : (*made)->nodes()) {
+    if (!n.IsLeaf()) continue;
+    for (uint32_t k = 0; k < n.Count(); ++k) ++covered[n.index + k];
+  }
+  EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), static_cast<long>(m.num_triangles()));
 }
 
 }  // namespace

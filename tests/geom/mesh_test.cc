@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "testing/random_geometry.h"
 #include "testing/status_matchers.h"
@@ -76,6 +78,60 @@ TEST(TriangleMesh, DropsDegenerateTrianglesAndKeepsTags) {
   EXPECT_EQ(m->SourceIndex(3), 4u);
   EXPECT_EQ(MakeBox(Vec3(1, 1, 1)).Build().SourceIndex(7), 7u);  // nothing dropped: identity
   EXPECT_TRUE(m->IsClosed());
+}
+
+// Reordering permutes triangles with their tags and source indices, renumbers vertices by
+// first use (unused ones last) and changes neither the geometry nor the stats.
+TEST(TriangleMesh, ReorderedKeepsEveryTriangleWithItsTagAndSource) {
+  auto rng = testing::SeededRng(31);
+  auto cyl = MakeCylinder(2, 5, 24);
+  std::vector<uint32_t> tags(cyl.t.size());
+  for (uint32_t i = 0; i < tags.size(); ++i) tags[i] = 1000 + i;
+  cyl.t.insert(cyl.t.begin() + 5, {3, 3, 4});  // dropped: source indices are not the identity
+  tags.insert(tags.begin() + 5, 7);
+  cyl.v.push_back(Vec3(9, 9, 9));  // unused: dropped at creation, counted in the stats
+  auto made = TriangleMesh::Create(cyl.v, cyl.t, tags);
+  ASSERT_THAT(made, IsOk());
+  const TriangleMesh m = *made;
+  std::vector<uint32_t> order(m.num_triangles());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  const TriangleMesh r = TriangleMesh(m).Reordered(order);
+  ASSERT_EQ(r.num_triangles(), m.num_triangles());
+  EXPECT_EQ(r.vertices().size(), m.vertices().size());
+  EXPECT_EQ(r.stats().unused_vertices, m.stats().unused_vertices);
+  EXPECT_EQ(r.IsClosed(), m.IsClosed());
+  EXPECT_EQ(r.bounds().min, m.bounds().min);
+  EXPECT_EQ(r.bounds().max, m.bounds().max);
+  EXPECT_NEAR(r.SignedVolume(), m.SignedVolume(), 1e-12 * std::abs(m.SignedVolume()));
+  uint32_t next_new_vertex = 0;
+  for (uint32_t i = 0; i < r.num_triangles(); ++i) {
+    const Triangle a = r.triangle(i), b = m.triangle(order[i]);
+    EXPECT_EQ(a.a, b.a);
+    EXPECT_EQ(a.b, b.b);
+    EXPECT_EQ(a.c, b.c);
+    EXPECT_EQ(r.tags()[i], m.tags()[order[i]]);
+    EXPECT_EQ(r.SourceIndex(i), m.SourceIndex(order[i]));
+    for (uint32_t v : r.triangles()[i]) {  // first uses come in order
+      ASSERT_LE(v, next_new_vertex);
+      if (v == next_new_vertex) ++next_new_vertex;
+    }
+  }
+  EXPECT_EQ(next_new_vertex, r.vertices().size());  // (creation dropped the unused vertex)
+  // InSourceOrder undoes the permutation.
+  const std::vector<uint32_t> back = r.InSourceOrder();
+  ASSERT_EQ(back.size(), r.num_triangles());
+  for (uint32_t i = 0; i < back.size(); ++i) {
+    EXPECT_EQ(r.SourceIndex(back[i]), m.SourceIndex(i));
+    EXPECT_EQ(r.tags()[back[i]], m.tags()[i]);
+  }
+  // The identity order gives back the mesh, source indices included.
+  const TriangleMesh same =
+      MakeBox(Vec3(1, 2, 3))
+          .Build()
+          .Reordered(std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  EXPECT_EQ(same.triangles(), MakeBox(Vec3(1, 2, 3)).Build().triangles());
+  EXPECT_EQ(same.SourceIndex(11), 11u);
 }
 
 // Faces tessellated separately (duplicated seam vertices) become one closed solid.

@@ -84,7 +84,7 @@ TEST(RayBvh, EveryTriangleInExactlyOneLeaf) {
         // A leaf is a topology leaf (at most the builder's leaf size, 4) or a subtree of at
         // most leaf_size triangles.
         EXPECT_LE(count, static_cast<uint32_t>(std::max(leaf_size, 4)));
-        for (uint32_t s = first; s < first + count; ++s) ++seen[part->prims()[s]];
+        for (uint32_t s = first; s < first + count; ++s) ++seen[s];
       });
       for (std::size_t t = 0; t < n; ++t) ASSERT_EQ(seen[t], 1) << "triangle " << t;
       EXPECT_EQ(leaves, bvh.leaves());
@@ -118,7 +118,7 @@ TEST(RayBvh, DecodedBoxesContainTheirTriangles) {
         ++boxes;
         ForLeaves(bvh, node.child[c], [&](uint32_t first, uint32_t count) {
           for (uint32_t s = first; s < first + count; ++s) {
-            for (uint32_t k : part->mesh().triangles()[part->prims()[s]]) {
+            for (uint32_t k : part->mesh().triangles()[s]) {
               const Vec3 p = v[k] - bvh.ref();
               for (int a = 0; a < 3; ++a) {
                 ASSERT_LE(box.min[a], p[a]) << "node child " << c << " axis " << a;

@@ -59,7 +59,7 @@ void ForVerticesInBox(const Part& part, const Aabb& box, HitFn&& hit) {
       continue;
     }
     for (uint32_t k = 0; k < n.Count(); ++k) {
-      const uint32_t tri = part.prims()[n.index + k];
+      const uint32_t tri = n.index + k;
       for (uint32_t v : m.triangles()[tri]) {
         if (box.Contains(m.vertices()[v])) hit(v, tri);
       }

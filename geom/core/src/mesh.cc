@@ -1,8 +1,10 @@
 #include "clash/geom/mesh.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <unordered_map>
 
@@ -225,6 +227,51 @@ double TriangleMesh::Area() const {
   double a = 0.0;
   for (std::size_t i = 0; i < triangles_.size(); ++i) a += triangle(i).Area();
   return a;
+}
+
+TriangleMesh TriangleMesh::Reordered(std::span<const uint32_t> order) && {
+  const std::size_t n = triangles_.size();
+  assert(order.size() == n);
+  constexpr uint32_t kUnset = std::numeric_limits<uint32_t>::max();
+  TriangleMesh out;
+  out.bounds_ = bounds_;
+  out.stats_ = stats_;
+  std::vector<uint32_t> renumber(vertices_.size(), kUnset);
+  out.vertices_.reserve(vertices_.size());
+  out.triangles_.resize(n);
+  out.tags_.resize(n);
+  out.source_index_.resize(n);
+  bool identity = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint32_t from = order[i];
+    assert(from < n);
+    for (int k = 0; k < 3; ++k) {
+      uint32_t& v = renumber[triangles_[from][k]];
+      if (v == kUnset) {
+        v = static_cast<uint32_t>(out.vertices_.size());
+        out.vertices_.push_back(vertices_[triangles_[from][k]]);
+      }
+      out.triangles_[i][k] = v;
+    }
+    out.tags_[i] = tags_[from];
+    out.source_index_[i] = SourceIndex(from);
+    identity = identity && out.source_index_[i] == i;
+  }
+  for (std::size_t v = 0; v < vertices_.size(); ++v) {
+    if (renumber[v] == kUnset) out.vertices_.push_back(vertices_[v]);
+  }
+  if (identity) out.source_index_ = {};
+  return out;
+}
+
+std::vector<uint32_t> TriangleMesh::InSourceOrder() const {
+  std::vector<uint32_t> order(triangles_.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (!source_index_.empty()) {
+    std::sort(order.begin(), order.end(),
+              [&](uint32_t a, uint32_t b) { return source_index_[a] < source_index_[b]; });
+  }
+  return order;
 }
 
 std::size_t TriangleMesh::MemoryBytes() const {

@@ -26,6 +26,10 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
   BvhTopology topo = BuildBvh(boxes, centroids, bvh_options);
   boxes = {};
   centroids = {};
+  // Triangles in leaf order: a leaf's triangles, and mostly their vertices, are contiguous in
+  // memory, and a hierarchy slot is a triangle id (no index array between them).
+  part->mesh_ = std::move(part->mesh_).Reordered(topo.prims);
+  topo.prims = {};
 
   // Area moments bottom-up (children always follow their parent), taken about the bounds'
   // centre so that parts far from the origin keep their precision.
@@ -39,7 +43,7 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
       range_begin[k] = node.index;
       range_end[k] = node.index + node.count;
       for (uint32_t s = range_begin[k]; s < range_end[k]; ++s) {
-        const Triangle t = m.triangle(topo.prims[s]);
+        const Triangle t = m.triangle(s);
         moments[k].Add(AreaMoments::Of({t.a - ref, t.b - ref, t.c - ref}));
       }
     } else {
@@ -57,7 +61,6 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
   const double inflate = 1e-9 * (b.Diagonal() + magnitude) + 1e-12;
 
   part->nodes_.resize(count);
-  part->prims_ = std::move(topo.prims);
   PartStats& st = part->stats_;
   std::vector<Vec3> scratch;
   for (std::size_t k = 0; k < count; ++k) {
@@ -72,7 +75,7 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
       if (!TakesAabb(frame, options.bv)) {
         scratch.clear();
         for (uint32_t s = range_begin[k]; s < range_end[k]; ++s) {
-          for (uint32_t v : m.triangles()[part->prims_[s]]) scratch.push_back(m.vertices()[v]);
+          for (uint32_t v : m.triangles()[s]) scratch.push_back(m.vertices()[v]);
         }
         chosen = ChooseBox(scratch, frame, tn.box, options.bv);
       }
@@ -106,7 +109,6 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
   st.depth = topo.depth;
   st.sah_cost = topo.sah_cost;
   st.memory_bytes = m.MemoryBytes() + part->nodes_.capacity() * sizeof(BvhNode) +
-                    part->prims_.capacity() * sizeof(uint32_t) +
                     part->rotations_.capacity() * sizeof(Eigen::Matrix3f) +
                     part->ray_bvh_.MemoryBytes();
   return std::shared_ptr<const Part>(std::move(part));

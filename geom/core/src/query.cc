@@ -10,6 +10,7 @@
 #include "interference_internal.h"
 #include "ray_bvh_internal.h"
 #include "ray_internal.h"
+#include "ray_leaf_internal.h"
 #include "separation_internal.h"
 
 namespace clash::geom {
@@ -171,7 +172,7 @@ struct LeafTriangles {
   LeafTriangles(const PairFrame& f, const BvhNode& nb) {
     n = nb.Count();
     for (uint32_t k = 0; k < n; ++k) {
-      id[k] = f.b.prims()[nb.index + k];
+      id[k] = nb.index + k;
       tri[k] = f.TriangleB(id[k]);
       box[k] = TriangleBounds(tri[k]);
     }
@@ -191,7 +192,7 @@ template <typename HitFn>
 bool ForCrossingTriangles(const PairFrame& f, const BvhNode& na, const BvhNode& nb, HitFn&& hit) {
   const LeafTriangles lb(f, nb);
   for (uint32_t i = 0; i < na.Count(); ++i) {
-    const uint32_t ia = f.a.prims()[na.index + i];
+    const uint32_t ia = na.index + i;
     const Triangle ta = f.a.mesh().triangle(ia);
     const Aabb box_a = LeafTriangles::TriangleBounds(ta);
     for (uint32_t j = 0; j < lb.n; ++j) {
@@ -312,39 +313,10 @@ void WalkRay(const Part& part, const internal::PreparedRay& r, double* t_max, Le
 
 namespace {
 
-// The closest hit so far of CastRay.
-struct ClosestHit {
-  double t = 0.0;
-  uint32_t id = 0;
-  bool found = false;
-};
-
-// Closest hit over primitive slots [first, first + count) within [t_min, *t_max]: the
-// double-precision watertight test, ties broken by the smaller triangle id (as the oracle
-// does). Flattened: the test is inlined into this loop, the hot loop of CastRay.
-[[gnu::flatten]] void TestLeafClosest(const Part& part, const internal::PreparedRay& r,
-                                      uint32_t first, uint32_t count, double* t_max,
-                                      ClosestHit* best) {
-  const auto& tris = part.mesh().triangles();
-  const auto& v = part.mesh().vertices();
-  const uint32_t* prims = part.prims().data();
-  internal::PreparedRay rr = r;
-  for (uint32_t s = first; s < first + count; ++s) {
-    const uint32_t id = prims[s];
-    const auto& t = tris[id];
-    rr.t_max = *t_max;
-    auto h = internal::IntersectWatertight(rr, v[t[0]], v[t[1]], v[t[2]]);
-    if (h && (!best->found || h->t < best->t || (h->t == best->t && id < best->id))) {
-      *t_max = h->t;
-      *best = {h->t, id, true};
-    }
-  }
-}
-
 // Walks the leaves a prepared ray (part frame) enters, nearest first: the single-precision ray
 // hierarchy when it can bound the ray, else the double-precision one (rays with a near-zero
 // direction component, parts reaching beyond the float range). `leaf(first, count, &t_max)`
-// gets a range of primitive slots, may shrink t_max, and returns true to stop.
+// gets a range of triangles, may shrink t_max, and returns true to stop.
 template <typename LeafFn>
 void WalkRayLeaves(const Part& part, const internal::PreparedRay& r, double* t_max, LeafFn&& leaf) {
   const internal::PreparedRayF rf(r, part.ray_bvh().ref());
@@ -361,11 +333,18 @@ void WalkRayLeaves(const Part& part, const internal::PreparedRay& r, double* t_m
 std::optional<RayHit> CastRay(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) {
   const internal::PreparedRay r(ray_W.Transformed(X_WP.Inverse()));
   double t_max = r.t_max;
-  ClosestHit best;
-  WalkRayLeaves(part, r, &t_max, [&](uint32_t first, uint32_t count, double* tm) {
-    TestLeafClosest(part, r, first, count, tm, &best);
-    return false;
-  });
+  internal::ClosestHit best;
+  if (internal::ActiveRayLeafKernel() == internal::RayLeafKernel::kAvx2) {
+    WalkRayLeaves(part, r, &t_max, [&](uint32_t first, uint32_t count, double* tm) {
+      internal::LeafClosestAvx2(part, r, first, count, tm, &best);
+      return false;
+    });
+  } else {
+    WalkRayLeaves(part, r, &t_max, [&](uint32_t first, uint32_t count, double* tm) {
+      internal::LeafClosestScalar(part, r, first, count, tm, &best);
+      return false;
+    });
+  }
   if (!best.found) return std::nullopt;
   RayHit hit{best.t, best.id, part.mesh().tags()[best.id], ray_W.At(best.t), Vec3::Zero()};
   hit.normal_W = X_WP.R * part.mesh().triangle(best.id).RawNormal().normalized();
@@ -376,17 +355,11 @@ bool RayHitsAny(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) 
   const internal::PreparedRay r(ray_W.Transformed(X_WP.Inverse()));
   double t_max = r.t_max;
   bool hit = false;
+  const bool avx2 = internal::ActiveRayLeafKernel() == internal::RayLeafKernel::kAvx2;
   WalkRayLeaves(part, r, &t_max, [&](uint32_t first, uint32_t count, double*) {
-    const auto& tris = part.mesh().triangles();
-    const auto& v = part.mesh().vertices();
-    for (uint32_t s = first; s < first + count; ++s) {
-      const auto& t = tris[part.prims()[s]];
-      if (internal::IntersectWatertight(r, v[t[0]], v[t[1]], v[t[2]])) {
-        hit = true;
-        return true;
-      }
-    }
-    return false;
+    hit = avx2 ? internal::LeafAnyAvx2(part, r, first, count)
+               : internal::LeafAnyScalar(part, r, first, count);
+    return hit;
   });
   return hit;
 }
@@ -449,7 +422,7 @@ bool ContainsPoint(const Part& part, const Vec3& p_PQ) {
     bool ambiguous = false;
     WalkRay(part, r, &t_max, [&](const BvhNode& n, double*) {
       for (uint32_t k = 0; k < n.Count(); ++k) {
-        const auto& t = part.mesh().triangles()[part.prims()[n.index + k]];
+        const auto& t = part.mesh().triangles()[n.index + k];
         const auto& v = part.mesh().vertices();
         auto h = internal::IntersectWatertight(r, v[t[0]], v[t[1]], v[t[2]]);
         if (!h) continue;
@@ -537,7 +510,7 @@ PointDistanceResult ClosestPoint(const Part& part, const Vec3& p_PQ, double uppe
   double prune2 = best * best * kSquaredPruneSlack;
   ForLeavesNear(part, p_PQ, &prune2, [&](const BvhNode& n) {
     for (uint32_t k = 0; k < n.Count(); ++k) {
-      const uint32_t id = part.prims()[n.index + k];
+      const uint32_t id = n.index + k;
       const Vec3 c = ClosestPointOnTriangle(p_PQ, part.mesh().triangle(id));
       const double d2 = (p_PQ - c).squaredNorm();
       if (d2 > prune2) continue;
@@ -564,7 +537,7 @@ PointDistanceResult internal::SurfacePointWithin(const Part& part, const Vec3& p
   const double prune2 = radius * radius * kSquaredPruneSlack;
   ForLeavesNear(part, p_PQ, &prune2, [&](const BvhNode& n) {
     for (uint32_t k = 0; k < n.Count(); ++k) {
-      const uint32_t id = part.prims()[n.index + k];
+      const uint32_t id = n.index + k;
       const Vec3 c = ClosestPointOnTriangle(p_PQ, part.mesh().triangle(id));
       const double d = (p_PQ - c).norm();
       if (d < radius) {
@@ -753,7 +726,7 @@ DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b
     Triangle ta[kMaxLeafSize];
     uint32_t n = 0;
     for (uint32_t i = 0; i < na.Count(); ++i) {
-      ta[i] = a.mesh().triangle(a.prims()[na.index + i]);
+      ta[i] = a.mesh().triangle(na.index + i);
       const Aabb box_a = LeafTriangles::TriangleBounds(ta[i]);
       for (uint32_t j = 0; j < lb.n; ++j) {
         const double gap = box_a.Distance(lb.box[j]);
@@ -772,7 +745,7 @@ DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b
         found = true;
         pa = d.p1;
         pb = d.p2;
-        r.tri_a = a.prims()[na.index + c.i];
+        r.tri_a = na.index + c.i;
         r.tri_b = lb.id[c.j];
         if (best == 0.0) return true;
       }
@@ -796,7 +769,7 @@ bool WithinDistance(const Part& a, const RigidTransform& X_WA, const Part& b,
                  [&](const BvhNode& na, const BvhNode& nb) {
                    const LeafTriangles lb(f, nb);
                    for (uint32_t i = 0; i < na.Count(); ++i) {
-                     const Triangle ta = a.mesh().triangle(a.prims()[na.index + i]);
+                     const Triangle ta = a.mesh().triangle(na.index + i);
                      const Aabb box_a = LeafTriangles::TriangleBounds(ta);
                      for (uint32_t j = 0; j < lb.n; ++j) {
                        if (box_a.Distance(lb.box[j]) > d) continue;
@@ -827,7 +800,7 @@ double FreeTranslation(const Part& a, const RigidTransform& X_WA, const Part& b,
       [&](const BvhNode& na, const BvhNode& nb) {
         const LeafTriangles lb(f, nb);
         for (uint32_t i = 0; i < na.Count(); ++i) {
-          const Triangle ta = a.mesh().triangle(a.prims()[na.index + i]);
+          const Triangle ta = a.mesh().triangle(na.index + i);
           for (uint32_t j = 0; j < lb.n; ++j) {
             best = std::min(best, TriangleSeparationTravel(ta, lb.tri[j], w_A, margin_mm, best));
             if (best <= min_travel_mm) return true;
@@ -875,11 +848,11 @@ double FreeScrew(const Part& a, const RigidTransform& X_WA, const Part& b,
       [&](const BvhNode& na, const BvhNode& nb) {
         internal::Footprint fb[kMaxLeafSize];
         for (uint32_t j = 0; j < nb.Count(); ++j) {
-          fb[j] = internal::TriangleFootprint(b.mesh().triangle(b.prims()[nb.index + j]), in_b);
+          fb[j] = internal::TriangleFootprint(b.mesh().triangle(nb.index + j), in_b);
         }
         for (uint32_t i = 0; i < na.Count(); ++i) {
           const internal::Footprint fa =
-              internal::TriangleFootprint(a.mesh().triangle(a.prims()[na.index + i]), in_a);
+              internal::TriangleFootprint(a.mesh().triangle(na.index + i), in_a);
           for (uint32_t j = 0; j < nb.Count(); ++j) {
             best = std::min(best, internal::FootprintAdvance(fa, fb[j], margin_mm));
             if (best <= min_advance_mm) return true;

@@ -126,7 +126,7 @@ inline int IntersectNode(const RayNode& n, const PreparedRayF& r, __m128 tn0, __
 }
 
 /// Walks the leaves of `bvh` that a ray may hit, nearest box first.
-/// `leaf(first, count, &t_max)` tests primitive slots [first, first + count), may lower t_max
+/// `leaf(first, count, &t_max)` tests triangles first .. first + count - 1, may lower t_max
 /// (original ray units) and returns true to stop. Nodes entered beyond t_max are skipped.
 template <typename LeafFn>
 void WalkRayBvh(const RayBvh& bvh, const PreparedRayF& r, double t_min, double* t_max,

@@ -26,8 +26,8 @@ struct PartOptions {
 
 /// A hierarchy node (56 bytes): a box centre and half extents in the part frame, and the
 /// box's axes: the identity for an AABB node, rotations[obb_slot] for an OBB node.
-/// Inner nodes have children `index` and `index + 1`; leaves hold
-/// prims[index .. index + count).
+/// Inner nodes have children `index` and `index + 1`; leaves hold the mesh triangles
+/// index .. index + count - 1 (the part's mesh is stored in leaf order).
 struct BvhNode {
   Vec3 center;     ///< Box centre (part frame).
   Vec3 half;       ///< Half extents along the box axes (inflated to stay conservative).
@@ -74,8 +74,6 @@ class Part {
   [[nodiscard]] const TriangleMesh& mesh() const { return mesh_; }
   /// The nodes; nodes()[0] is the root.
   [[nodiscard]] const std::vector<BvhNode>& nodes() const { return nodes_; }
-  /// Triangle ids in leaf order.
-  [[nodiscard]] const std::vector<uint32_t>& prims() const { return prims_; }
   /// Axes of the OBB nodes (columns), by slot, stored in single precision; node extents are
   /// fitted to exactly these axes.
   [[nodiscard]] const std::vector<Eigen::Matrix3f>& rotations() const { return rotations_; }
@@ -97,7 +95,6 @@ class Part {
  private:
   TriangleMesh mesh_;
   std::vector<BvhNode> nodes_;
-  std::vector<uint32_t> prims_;
   std::vector<Eigen::Matrix3f> rotations_;
   RayBvh ray_bvh_;
   PartStats stats_;

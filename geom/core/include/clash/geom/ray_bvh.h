@@ -12,7 +12,7 @@
 // The tree is the part's binary hierarchy collapsed greedily (Wald, Benthin, Boulos,
 // "Getting Rid of Packets", RT 2008): a node opens its largest-area inner child until it has
 // four. Leaves are subtrees of at most `max_leaf_size` triangles and are ranges of the part's
-// own leaf-ordered primitive array, so the structure adds no index array of its own.
+// triangles (its mesh is stored in leaf order), so the structure adds no index array.
 #pragma once
 
 #include <cstdint>
@@ -46,15 +46,15 @@ inline constexpr uint32_t kRayEmptyRef = 0xffffffffu;
 /// A 4-wide, quantized, single-precision hierarchy for ray queries on one part.
 class RayBvh {
  public:
-  /// Collapses a binary topology built over `triangles` (the part's mesh triangles, indexed by
-  /// topo.prims) into ray nodes. `inflate` (part units) is added to every box on top of the
+  /// Collapses a binary topology (leaf ranges: primitive slots, which for a part are its
+  /// triangle ids) into ray nodes. `inflate` (part units) is added to every box on top of the
   /// outward rounding; `max_leaf_size` (1..kMaxRayLeafSize) bounds the leaves, which are whole
   /// subtrees of the topology (topology leaves larger than it stay as they are). Builds nothing
   /// (root_ref() == kRayEmptyRef) when a box reaches beyond 1e15 from `ref`.
   [[nodiscard]] static RayBvh Build(const BvhTopology& topo, const Vec3& ref, double inflate,
                                     int max_leaf_size);
 
-  /// Reference to a leaf of `count` (1..16) primitives starting at primitive slot `first`.
+  /// Reference to a leaf of `count` (1..16) primitives starting at slot `first`.
   [[nodiscard]] static uint32_t LeafRef(uint32_t first, uint32_t count) {
     return 0x80000000u | ((count - 1) << 27) | first;
   }
@@ -62,7 +62,7 @@ class RayBvh {
   [[nodiscard]] static bool IsLeafRef(uint32_t ref) {
     return (ref & 0x80000000u) != 0 && ref != kRayEmptyRef;
   }
-  /// First primitive slot of a leaf reference.
+  /// First slot (triangle id) of a leaf reference.
   [[nodiscard]] static uint32_t LeafFirst(uint32_t ref) { return ref & 0x07ffffffu; }
   /// Primitive count of a leaf reference.
   [[nodiscard]] static uint32_t LeafCount(uint32_t ref) { return ((ref >> 27) & 0xfu) + 1; }

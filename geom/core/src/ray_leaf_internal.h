@@ -1,0 +1,50 @@
+// Ray tests against the triangles of one hierarchy leaf: the exact double-precision watertight
+// test (ray_internal.h), one triangle at a time, or four at a time with AVX2 on processors
+// that have it. Both give the same answers bit for bit: the AVX2 kernel performs the very
+// operations of IntersectWatertight in the same order (no fused multiply-add), and a lane with
+// a zero edge function, which the scalar test recomputes in extended precision, is handed to
+// the scalar test.
+#pragma once
+
+#include <cstdint>
+
+#include "clash/geom/part.h"
+#include "ray_internal.h"
+
+namespace clash::geom::internal {
+
+/// The closest hit so far of a closest-hit ray query.
+struct ClosestHit {
+  double t = 0.0;
+  uint32_t id = 0;
+  bool found = false;
+};
+
+/// Which leaf kernel ray queries use.
+enum class RayLeafKernel {
+  kScalar,  ///< One triangle at a time (any x86-64).
+  kAvx2,    ///< Four triangles at a time (processors with AVX2).
+};
+
+/// True when the processor has AVX2.
+[[nodiscard]] bool Avx2Supported();
+/// The kernel ray queries use: kAvx2 when supported, unless set otherwise.
+[[nodiscard]] RayLeafKernel ActiveRayLeafKernel();
+/// Selects the kernel (kAvx2 falls back to kScalar where unsupported); for tests and
+/// benchmarks comparing the two. Not synchronised with queries running at the same time.
+void SetRayLeafKernel(RayLeafKernel kernel);
+
+/// Closest hit over triangles first .. first + count - 1 of `part` within
+/// [r.t_min, *t_max]: ties go to the smaller triangle id. Lowers *t_max to a hit's t.
+void LeafClosestScalar(const Part& part, const PreparedRay& r, uint32_t first, uint32_t count,
+                       double* t_max, ClosestHit* best);
+/// As LeafClosestScalar, four triangles at a time; only where Avx2Supported().
+void LeafClosestAvx2(const Part& part, const PreparedRay& r, uint32_t first, uint32_t count,
+                     double* t_max, ClosestHit* best);
+
+/// True when the ray hits a triangle of first .. first + count - 1 within [t_min, t_max].
+bool LeafAnyScalar(const Part& part, const PreparedRay& r, uint32_t first, uint32_t count);
+/// As LeafAnyScalar, four triangles at a time; only where Avx2Supported().
+bool LeafAnyAvx2(const Part& part, const PreparedRay& r, uint32_t first, uint32_t count);
+
+}  // namespace clash::geom::internal

@@ -1,0 +1,100 @@
+// The two ray leaf kernels (one triangle at a time; four at a time with AVX2) give the same
+// answers bit for bit, on random rays and on rays through vertices and edges, where a zero
+// edge function sends a lane to the scalar test.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "clash/geom/query.h"
+#include "ray_leaf_internal.h"
+#include "testing/random_geometry.h"
+
+namespace clash::geom {
+namespace {
+
+using internal::RayLeafKernel;
+using testing::MakeBlob;
+using testing::MakeSoup;
+using testing::MakeSubdividedBox;
+using testing::RandomPoint;
+using testing::RandomPose;
+using testing::RawMesh;
+using testing::SeededRng;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Restores the default kernel when a test ends.
+struct KernelGuard {
+  ~KernelGuard() { internal::SetRayLeafKernel(RayLeafKernel::kAvx2); }
+};
+
+struct Answers {
+  std::optional<RayHit> hit;
+  bool any;
+};
+
+Answers Cast(RayLeafKernel kernel, const Part& part, const RigidTransform& X_WP, const Ray& ray) {
+  internal::SetRayLeafKernel(kernel);
+  return {CastRay(part, X_WP, ray), RayHitsAny(part, X_WP, ray)};
+}
+
+TEST(RayLeafKernel, Avx2AndScalarAgreeBitForBit) {
+  if (!internal::Avx2Supported()) GTEST_SKIP() << "this processor has no AVX2";
+  KernelGuard guard;
+  auto rng = SeededRng(311);
+  int rays = 0, hits = 0, edge_hits = 0;
+  for (int m = 0; m < 6; ++m) {
+    RawMesh raw = m % 3 == 0   ? MakeSubdividedBox(Vec3(4, 6, 3), 6)
+                  : m % 3 == 1 ? MakeBlob(rng, 10, 16, 24, 0.3)
+                               : MakeSoup(rng, 600, 10, 3);
+    PartOptions options;
+    options.ray_leaf_size = m < 3 ? 12 : 5;  // full and partial groups of four
+    const auto part = raw.Part(options);
+    const RigidTransform X_WP = m % 2 ? RandomPose(rng, 100) : RigidTransform::Identity();
+    const Vec3 c = part->bounds().Center();
+    const double r = part->bounds().Diagonal();
+    const auto& v = part->mesh().vertices();
+    std::vector<Vec3> targets;
+    for (int i = 0; i < testing::Trials(600, 200); ++i)
+      targets.push_back(RandomPoint(rng, 0.4 * r, c));
+    for (const auto& t : part->mesh().triangles()) {  // vertices and edge midpoints
+      if (targets.size() > static_cast<std::size_t>(testing::Trials(1800, 600))) break;
+      targets.push_back(v[t[0]]);
+      targets.push_back(0.5 * (v[t[1]] + v[t[2]]));
+    }
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      Vec3 origin = RandomPoint(rng, r, c);
+      if (m % 3 == 0 && i % 2 == 0) {  // along a coordinate axis: edge functions vanish
+        origin = targets[i];
+        origin[static_cast<int>(i / 2) % 3] += (i % 4 == 0 ? 2 : -2) * r;
+      }
+      Ray ray{X_WP * origin, X_WP.R * (targets[i] - origin), 0.0, kInf};
+      if (i % 5 == 0) ray.t_max = 0.8;
+      if (ray.direction.norm() == 0) continue;
+      const Answers scalar = Cast(RayLeafKernel::kScalar, *part, X_WP, ray);
+      const Answers avx2 = Cast(RayLeafKernel::kAvx2, *part, X_WP, ray);
+      ASSERT_EQ(internal::ActiveRayLeafKernel(), RayLeafKernel::kAvx2);
+      ++rays;
+      ASSERT_EQ(scalar.hit.has_value(), avx2.hit.has_value()) << "mesh " << m << " ray " << i;
+      EXPECT_EQ(scalar.any, avx2.any) << "mesh " << m << " ray " << i;
+      EXPECT_EQ(scalar.any, scalar.hit.has_value());
+      if (!scalar.hit) continue;
+      ++hits;
+      EXPECT_EQ(scalar.hit->t, avx2.hit->t) << "mesh " << m << " ray " << i;
+      EXPECT_EQ(scalar.hit->triangle, avx2.hit->triangle) << "mesh " << m << " ray " << i;
+      const internal::PreparedRay pr(ray.Transformed(X_WP.Inverse()));
+      const auto& tri = part->mesh().triangles()[scalar.hit->triangle];
+      const auto h = internal::IntersectWatertight(pr, v[tri[0]], v[tri[1]], v[tri[2]]);
+      ASSERT_TRUE(h.has_value());
+      edge_hits += h->on_edge;
+    }
+  }
+  EXPECT_GT(hits, rays / 4);
+  EXPECT_LT(hits, rays * 9 / 10);
+  EXPECT_GT(edge_hits, 20);  // the scalar hand-off is exercised
+}
+
+}  // namespace
+}  // namespace clash::geom
