@@ -188,7 +188,7 @@ TEST_P(QueryOracle, RayCastAgreesWithAllTriangles) {
               i % 4 == 0 ? Uniform(rng, 0.1, 1.0) : std::numeric_limits<double>::infinity()};
     if (i % 7 == 0) ray_W.direction[i % 3] = 0.0;
     if (ray_W.direction.norm() == 0) continue;
-    auto expected = BruteRayCast(part->mesh(), ray_W.Transformed(X_WP.Inverse()));
+    auto expected = BruteRayCast(part->mesh(), ray_W.InFrameOf(X_WP));
     auto got = CastRay(*part, X_WP, ray_W);
     ASSERT_EQ(got.has_value(), expected.has_value()) << "trial " << i;
     EXPECT_EQ(RayHitsAny(*part, X_WP, ray_W), expected.has_value());

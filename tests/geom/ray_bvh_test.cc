@@ -164,7 +164,7 @@ TEST(RayBvh, CastRayAgreesWithAllTriangles) {
       ray_W.t_min = Uniform(rng, -0.5, 0.5);
       ray_W.t_max = ray_W.t_min + Uniform(rng, 0.0, 1.0);
     }
-    const Ray ray_P = ray_W.Transformed(X_WP.Inverse());
+    const Ray ray_P = ray_W.InFrameOf(X_WP);
     auto expected = BruteRayCast(part->mesh(), ray_P);
     auto got = CastRay(*part, X_WP, ray_W);
     ASSERT_EQ(got.has_value(), expected.has_value()) << "trial " << i;
@@ -212,7 +212,7 @@ TEST(RayBvh, RaysThroughVerticesAndEdgesNeverSlipThrough) {
           }
           const Ray ray_W{X_WP * origin_P, X_WP.R * (target_P - origin_P), 0.0, kInf};
           ++rays;
-          auto expected = BruteRayCast(part->mesh(), ray_W.Transformed(X_WP.Inverse()));
+          auto expected = BruteRayCast(part->mesh(), ray_W.InFrameOf(X_WP));
           if (!along_axis) {
             ASSERT_TRUE(expected.has_value()) << "mesh " << m << " ray " << rays;
           }

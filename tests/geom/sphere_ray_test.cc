@@ -48,6 +48,27 @@ TEST(Sphere, RitterIsTightForPointsOnASphere) {
   EXPECT_FALSE(a.Overlaps(c));
 }
 
+// A world ray expressed in a part's frame maps back onto itself: the same points at the same
+// parameters, and it agrees with the general frame change.
+TEST(Ray, InFrameOfIsTheInverseTransform) {
+  auto rng = SeededRng(52);
+  for (int i = 0; i < 500; ++i) {
+    const RigidTransform X_WP{testing::RandomRotation(rng), RandomPoint(rng, i % 2 ? 1e6 : 10)};
+    const Ray ray_W{RandomPoint(rng, 100) + X_WP.t, RandomPoint(rng, 3), Uniform(rng, -1, 0),
+                    Uniform(rng, 1, 2)};
+    const Ray ray_P = ray_W.InFrameOf(X_WP);
+    EXPECT_EQ(ray_P.t_min, ray_W.t_min);
+    EXPECT_EQ(ray_P.t_max, ray_W.t_max);
+    const Ray general = ray_W.Transformed(X_WP.Inverse());
+    const double scale = 1e-12 * (1 + X_WP.t.norm());
+    EXPECT_LT((ray_P.origin - general.origin).norm(), scale);
+    EXPECT_LT((ray_P.direction - general.direction).norm(), 1e-12);
+    for (double t : {0.0, 0.5, 1.5}) {
+      EXPECT_LT((X_WP * ray_P.At(t) - ray_W.At(t)).norm(), scale) << i;
+    }
+  }
+}
+
 TEST(RaySlab, HandlesZeroComponentsAndInsideOrigins) {
   Aabb box = Aabb::FromPoints(Vec3(-1, -1, -1), Vec3(1, 1, 1));
   // Along x only, passing through the box.

@@ -10,7 +10,7 @@
 #include "interference_internal.h"
 #include "ray_bvh_internal.h"
 #include "ray_internal.h"
-#include "ray_leaf_internal.h"
+#include "ray_kernels_internal.h"
 #include "separation_internal.h"
 
 namespace clash::geom {
@@ -314,12 +314,12 @@ void WalkRay(const Part& part, const internal::PreparedRay& r, double* t_max, Le
 namespace {
 
 // Walks the leaves a prepared ray (part frame) enters, nearest first: the single-precision ray
-// hierarchy when it can bound the ray, else the double-precision one (rays with a near-zero
+// hierarchy when `rf` can bound the ray, else the double-precision one (rays with a near-zero
 // direction component, parts reaching beyond the float range). `leaf(first, count, &t_max)`
 // gets a range of triangles, may shrink t_max, and returns true to stop.
 template <typename LeafFn>
-void WalkRayLeaves(const Part& part, const internal::PreparedRay& r, double* t_max, LeafFn&& leaf) {
-  const internal::PreparedRayF rf(r, part.ray_bvh().ref());
+void WalkRayLeaves(const Part& part, const internal::PreparedRay& r,
+                   const internal::PreparedRayF& rf, double* t_max, LeafFn&& leaf) {
   if (rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef) {
     internal::WalkRayBvh(part.ray_bvh(), rf, r.t_min, t_max, leaf);
   } else {
@@ -328,19 +328,24 @@ void WalkRayLeaves(const Part& part, const internal::PreparedRay& r, double* t_m
   }
 }
 
+// True when the AVX2 kernels can take a ray: the processor has them (and they are selected)
+// and the single-precision ray tree can bound the ray.
+bool TakesAvx2(const Part& part, const internal::PreparedRayF& rf) {
+  return rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef &&
+         internal::ActiveRayLeafKernel() == internal::RayLeafKernel::kAvx2;
+}
+
 }  // namespace
 
 std::optional<RayHit> CastRay(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) {
-  const internal::PreparedRay r(ray_W.Transformed(X_WP.Inverse()));
+  const internal::PreparedRay r(ray_W.InFrameOf(X_WP));
+  const internal::PreparedRayF rf(r, part.ray_bvh().ref());
   double t_max = r.t_max;
   internal::ClosestHit best;
-  if (internal::ActiveRayLeafKernel() == internal::RayLeafKernel::kAvx2) {
-    WalkRayLeaves(part, r, &t_max, [&](uint32_t first, uint32_t count, double* tm) {
-      internal::LeafClosestAvx2(part, r, first, count, tm, &best);
-      return false;
-    });
+  if (TakesAvx2(part, rf)) {
+    internal::ClosestHitAvx2(part, r, rf, &t_max, &best);
   } else {
-    WalkRayLeaves(part, r, &t_max, [&](uint32_t first, uint32_t count, double* tm) {
+    WalkRayLeaves(part, r, rf, &t_max, [&](uint32_t first, uint32_t count, double* tm) {
       internal::LeafClosestScalar(part, r, first, count, tm, &best);
       return false;
     });
@@ -352,13 +357,13 @@ std::optional<RayHit> CastRay(const Part& part, const RigidTransform& X_WP, cons
 }
 
 bool RayHitsAny(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) {
-  const internal::PreparedRay r(ray_W.Transformed(X_WP.Inverse()));
+  const internal::PreparedRay r(ray_W.InFrameOf(X_WP));
+  const internal::PreparedRayF rf(r, part.ray_bvh().ref());
+  if (TakesAvx2(part, rf)) return internal::AnyHitAvx2(part, r, rf);
   double t_max = r.t_max;
   bool hit = false;
-  const bool avx2 = internal::ActiveRayLeafKernel() == internal::RayLeafKernel::kAvx2;
-  WalkRayLeaves(part, r, &t_max, [&](uint32_t first, uint32_t count, double*) {
-    hit = avx2 ? internal::LeafAnyAvx2(part, r, first, count)
-               : internal::LeafAnyScalar(part, r, first, count);
+  WalkRayLeaves(part, r, rf, &t_max, [&](uint32_t first, uint32_t count, double*) {
+    hit = internal::LeafAnyScalar(part, r, first, count);
     return hit;
   });
   return hit;

@@ -28,25 +28,24 @@ inline __m128 DecodePlanes(const RayNode& n, int axis, int side) {
 }
 
 /// Float rounding toward -inf of a double (beyond the float range: FLT_MAX or -inf; NaN: -inf).
+/// Without branches in the common case: whether rounding to nearest went up depends on the
+/// data, and a mispredicted branch costs more than the selects.
 inline float RoundDown(double x) {
   constexpr double kMax = std::numeric_limits<float>::max();
-  if (!(std::abs(x) <= kMax)) {
+  if (!(std::abs(x) <= kMax)) [[unlikely]] {
     return x > 0 ? std::numeric_limits<float>::max() : -std::numeric_limits<float>::infinity();
   }
-  const float f = static_cast<float>(x);
-  if (!(static_cast<double>(f) > x)) return f;
-  // f > x: step to the next float below f.
+  const float f = static_cast<float>(x);  // to nearest
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
-  if (f == 0.0f) {
-    bits = 0x80000001u;  // the smallest negative subnormal
-  } else if (f > 0.0f) {
-    --bits;
-  } else {
-    ++bits;
-  }
+  // The float just below f: +0 steps like -0, to the smallest negative subnormal; a negative
+  // float grows in magnitude (bits + 1), a positive one shrinks (bits - 1).
+  const uint32_t from = bits | (static_cast<uint32_t>(bits == 0) << 31);
+  const uint32_t below = from - 1u + 2u * (from >> 31);
+  const uint32_t up = static_cast<uint32_t>(static_cast<double>(f) > x);  // f rounded up
+  const uint32_t out_bits = (below & (0u - up)) | (bits & (up - 1u));
   float out;
-  std::memcpy(&out, &bits, 4);
+  std::memcpy(&out, &out_bits, 4);
   return out;
 }
 /// Float rounding toward +inf of a double (beyond the float range: -FLT_MAX or +inf).
@@ -80,10 +79,16 @@ struct PreparedRayF {
     bits &= 0x7ff0000000000000ull;
     if (bits == 0 || bits == 0x7ff0000000000000ull) return;  // zero, subnormal, inf or NaN
     std::memcpy(&t_scale, &bits, 8);
+    // 1 / t_scale, also a power of two (exact), unless it would be subnormal.
+    const uint64_t exponent = bits >> 52;
+    if (exponent >= 2046) return;
+    const uint64_t inv_bits = (2046 - exponent) << 52;
+    double inv_t_scale;
+    std::memcpy(&inv_t_scale, &inv_bits, 8);
     for (int a = 0; a < 3; ++a) {
       const double o = r.org[a] - ref[a];
       if (!(std::abs(o) <= kRayBvhMaxCoordinate)) return;
-      const double d = r.dir[a] / t_scale;  // exact: division by a power of two
+      const double d = r.dir[a] * inv_t_scale;  // exact: scaling by a power of two
       if (d != 0.0 && std::abs(d) < 1e-20) return;
       const bool negative = std::signbit(d);
       near_side[a] = negative ? 1 : 0;
@@ -125,12 +130,18 @@ inline int IntersectNode(const RayNode& n, const PreparedRayF& r, __m128 tn0, __
   return _mm_movemask_ps(hit);
 }
 
-/// Walks the leaves of `bvh` that a ray may hit, nearest box first.
+/// Walks the leaves of `bvh` that a ray may hit, nearest box first, with the box test
+/// `node_test(node, tf, t)`: it returns the mask of the children of `node` the ray may enter
+/// before tf (scaled units, see PreparedRayF) and stores their entry parameters in t[4].
 /// `leaf(first, count, &t_max)` tests triangles first .. first + count - 1, may lower t_max
-/// (original ray units) and returns true to stop. Nodes entered beyond t_max are skipped.
-template <typename LeafFn>
-void WalkRayBvh(const RayBvh& bvh, const PreparedRayF& r, double t_min, double* t_max,
-                LeafFn&& leaf) {
+/// (original ray units) and returns true to stop; `upper(t)` converts t_max to scaled units,
+/// rounding up. Nodes entered beyond t_max are skipped. Always inlined, so that a caller
+/// compiled for another instruction set gets the walk, and can inline its callbacks, in its
+/// own code.
+template <typename NodeTest, typename Upper, typename LeafFn>
+[[gnu::always_inline]] inline void WalkRayNodes(const RayBvh& bvh, double* t_max,
+                                                NodeTest&& node_test, Upper&& upper,
+                                                LeafFn&& leaf) {
   const uint32_t root = bvh.root_ref();
   if (root == kRayEmptyRef) return;
   if (RayBvh::IsLeafRef(root)) {
@@ -145,21 +156,18 @@ void WalkRayBvh(const RayBvh& bvh, const PreparedRayF& r, double t_min, double* 
     float t;
   } stack[kStack];
   const RayNode* nodes = bvh.nodes().data();
-  const __m128 tn0 = _mm_set1_ps(r.Lower(t_min));
-  float tf_scalar = r.Upper(*t_max);
+  float tf_scalar = upper(*t_max);
   int sp = 0;
   uint32_t cur = 0;  // the root, an inner node
   for (;;) {
     if (RayBvh::IsLeafRef(cur)) {
       if (leaf(RayBvh::LeafFirst(cur), RayBvh::LeafCount(cur), t_max)) return;
-      tf_scalar = r.Upper(*t_max);
+      tf_scalar = upper(*t_max);
     } else {
       const RayNode& n = nodes[cur];
-      __m128 tn;
-      int mask = IntersectNode(n, r, tn0, _mm_set1_ps(tf_scalar), &tn);
+      alignas(16) float t[4];
+      int mask = node_test(n, tf_scalar, t);
       if (mask != 0) {
-        alignas(16) float t[4];
-        _mm_store_ps(t, tn);
         const int i0 = __builtin_ctz(static_cast<unsigned>(mask));
         mask &= mask - 1;
         if (mask == 0) {  // one child: descend
@@ -204,6 +212,24 @@ void WalkRayBvh(const RayBvh& bvh, const PreparedRayF& r, double t_min, double* 
       }
     }
   }
+}
+
+/// Walks the leaves of `bvh` that a ray may hit, nearest box first (SSE2 box test).
+/// `leaf(first, count, &t_max)` tests triangles first .. first + count - 1, may lower t_max
+/// (original ray units) and returns true to stop. Nodes entered beyond t_max are skipped.
+template <typename LeafFn>
+void WalkRayBvh(const RayBvh& bvh, const PreparedRayF& r, double t_min, double* t_max,
+                LeafFn&& leaf) {
+  const __m128 tn0 = _mm_set1_ps(r.Lower(t_min));
+  WalkRayNodes(
+      bvh, t_max,
+      [&](const RayNode& n, float tf, float t[4]) {
+        __m128 tn;
+        const int mask = IntersectNode(n, r, tn0, _mm_set1_ps(tf), &tn);
+        _mm_store_ps(t, tn);
+        return mask;
+      },
+      [&](double t) { return r.Upper(t); }, leaf);
 }
 
 }  // namespace clash::geom::internal

@@ -27,14 +27,15 @@ struct PreparedRay {
       zero[i] = dir[i] == 0.0;
       inv_dir[i] = 1.0 / dir[i];
     }
-    Vec3 ad = dir.cwiseAbs();
-    kz = ad.x() > ad.y() ? (ad.x() > ad.z() ? 0 : 2) : (ad.y() > ad.z() ? 1 : 2);
-    kx = (kz + 1) % 3;
-    ky = (kx + 1) % 3;
-    if (dir[kz] < 0.0) std::swap(kx, ky);  // keep the winding of the sheared triangle
+    const double ax = std::abs(dir.x()), ay = std::abs(dir.y()), az = std::abs(dir.z());
+    kz = ax > ay ? (ax > az ? 0 : 2) : (ay > az ? 1 : 2);
+    const int next = kz == 2 ? 0 : kz + 1, after = next == 2 ? 0 : next + 1;
+    const bool down = dir[kz] < 0.0;  // swap kx and ky: keep the winding of the sheared triangle
+    kx = down ? after : next;
+    ky = down ? next : after;
     sx = dir[kx] / dir[kz];
     sy = dir[ky] / dir[kz];
-    sz = 1.0 / dir[kz];
+    sz = inv_dir[kz];
   }
 };
 

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "clash/geom/aabb.h"
+#include "clash/geom/transform.h"
 #include "clash/geom/types.h"
 
 namespace clash::geom {
@@ -22,6 +23,18 @@ struct Ray {
   /// The same ray expressed in another frame: X_BA maps this ray's frame A to B.
   [[nodiscard]] Ray Transformed(const RigidTransform& X_BA) const {
     return {X_BA * origin, X_BA.R * direction, t_min, t_max};
+  }
+  /// This ray, given in frame W, expressed in frame P whose pose is X_WP: origin
+  /// R^T (origin - t), direction R^T direction (the part-frame ray of the ray queries).
+  [[nodiscard]] Ray InFrameOf(const RigidTransform& X_WP) const {
+    const Mat3& R = X_WP.R;
+    const Vec3 o = origin - X_WP.t;
+    Ray out{o, direction, t_min, t_max};
+    for (int i = 0; i < 3; ++i) {
+      out.origin[i] = R(0, i) * o[0] + R(1, i) * o[1] + R(2, i) * o[2];
+      out.direction[i] = R(0, i) * direction[0] + R(1, i) * direction[1] + R(2, i) * direction[2];
+    }
+    return out;
   }
 };
 

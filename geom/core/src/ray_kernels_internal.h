@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "clash/geom/part.h"
+#include "ray_bvh_internal.h"
 #include "ray_internal.h"
 
 namespace clash::geom::internal {
@@ -38,13 +39,15 @@ void SetRayLeafKernel(RayLeafKernel kernel);
 /// [r.t_min, *t_max]: ties go to the smaller triangle id. Lowers *t_max to a hit's t.
 void LeafClosestScalar(const Part& part, const PreparedRay& r, uint32_t first, uint32_t count,
                        double* t_max, ClosestHit* best);
-/// As LeafClosestScalar, four triangles at a time; only where Avx2Supported().
-void LeafClosestAvx2(const Part& part, const PreparedRay& r, uint32_t first, uint32_t count,
-                     double* t_max, ClosestHit* best);
-
 /// True when the ray hits a triangle of first .. first + count - 1 within [t_min, t_max].
 bool LeafAnyScalar(const Part& part, const PreparedRay& r, uint32_t first, uint32_t count);
-/// As LeafAnyScalar, four triangles at a time; only where Avx2Supported().
-bool LeafAnyAvx2(const Part& part, const PreparedRay& r, uint32_t first, uint32_t count);
+/// The closest hit of a ray (part frame) over the part's ray tree, AVX2 throughout: an 8-lane
+/// box test (near and far planes of four children at once) and four triangles at a time.
+/// Same answer as WalkRayBvh with LeafClosestScalar, bit for bit. Only where Avx2Supported(),
+/// rf.usable and the part has a ray tree.
+void ClosestHitAvx2(const Part& part, const PreparedRay& r, const PreparedRayF& rf, double* t_max,
+                    ClosestHit* best);
+/// Whether the ray hits the part within [r.t_min, r.t_max]; as ClosestHitAvx2.
+bool AnyHitAvx2(const Part& part, const PreparedRay& r, const PreparedRayF& rf);
 
 }  // namespace clash::geom::internal

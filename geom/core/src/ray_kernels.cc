@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
-#include "ray_leaf_internal.h"
+#include "ray_bvh_internal.h"
+#include "ray_kernels_internal.h"
 
 namespace clash::geom::internal {
 namespace {
@@ -130,6 +132,57 @@ CLASH_AVX2 bool ForHitGroups(const LeafArrays& m, const PreparedRay& r, uint32_t
   return false;
 }
 
+// The single-precision ray of PreparedRayF laid out for an 8-lane box test: per axis, lanes
+// 0-3 take the near planes of a node's four children and lanes 4-7 their far planes, whose
+// parameters are negated so that one max accumulates both (max(-a, -b) = -min(a, b) exactly).
+struct RayLanes8 {
+  __m256 o[3];            // origin rounded for the near plane (lanes 0-3), the far (4-7)
+  __m256 inv[3];          // 1/d (lanes 0-3), -1/d (4-7)
+  __m128i near_first[3];  // byte order putting a node's near planes first
+  __m128 tn0;             // entry bound
+  const PreparedRayF* rf;
+
+  CLASH_AVX2 explicit RayLanes8(const PreparedRayF& r, double t_min) : rf(&r) {
+    const __m128 sign = _mm_set1_ps(-0.0f);
+    for (int a = 0; a < 3; ++a) {
+      o[a] = _mm256_insertf128_ps(_mm256_castps128_ps256(r.o_near[a]), r.o_far[a], 1);
+      inv[a] =
+          _mm256_insertf128_ps(_mm256_castps128_ps256(r.inv[a]), _mm_xor_ps(r.inv[a], sign), 1);
+      near_first[a] = r.near_side[a] == 0
+                          ? _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1)
+                          : _mm_setr_epi8(4, 5, 6, 7, 0, 1, 2, 3, -1, -1, -1, -1, -1, -1, -1, -1);
+    }
+    tn0 = _mm_set1_ps(r.Lower(t_min));
+  }
+};
+
+// IntersectNode (ray_bvh_internal.h) on 8 lanes: the same operations on the same values, so
+// the same mask and entry parameters bit for bit.
+CLASH_AVX2 inline int IntersectNode8(const RayNode& n, const RayLanes8& r, float tf, float t[4]) {
+  const __m128 sign = _mm_set1_ps(-0.0f);
+  __m256 acc = _mm256_insertf128_ps(_mm256_castps128_ps256(r.tn0), _mm_set1_ps(-tf), 1);
+#pragma GCC unroll 3
+  for (int a = 0; a < 3; ++a) {
+    // Lower planes, then upper planes (8 bytes), near ones first.
+    const __m128i bytes = _mm_shuffle_epi8(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(n.q[a][0])), r.near_first[a]);
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+    const __m256 planes = _mm256_add_ps(_mm256_broadcast_ss(&n.origin[a]),
+                                        _mm256_mul_ps(q, _mm256_broadcast_ss(&n.scale[a])));
+    acc = _mm256_max_ps(_mm256_mul_ps(_mm256_sub_ps(planes, r.o[a]), r.inv[a]), acc);
+  }
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  acc = _mm256_sub_ps(
+      acc, _mm256_mul_ps(_mm256_and_ps(acc, abs_mask), _mm256_set1_ps(PreparedRayF::kWiden)));
+  const __m128 tn = _mm256_castps256_ps128(acc);
+  const __m128 tf4 = _mm_xor_ps(_mm256_extractf128_ps(acc, 1), sign);
+  const __m128i refs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(n.child));
+  const __m128i empty = _mm_cmpeq_epi32(refs, _mm_set1_epi32(-1));
+  const __m128 hit = _mm_andnot_ps(_mm_castsi128_ps(empty), _mm_cmple_ps(tn, tf4));
+  _mm_store_ps(t, tn);
+  return _mm_movemask_ps(hit);
+}
+
 // Calls f.template operator()<KX, KY, KZ>() for the ray's axis permutation.
 template <typename F>
 CLASH_AVX2 auto WithPermutation(const PreparedRay& r, F&& f) {
@@ -182,22 +235,30 @@ void LeafClosestScalar(const Part& part, const PreparedRay& r, uint32_t first, u
   }
 }
 
-CLASH_AVX2 void LeafClosestAvx2(const Part& part, const PreparedRay& r, uint32_t first,
-                                uint32_t count, double* t_max, ClosestHit* best) {
+CLASH_AVX2 void ClosestHitAvx2(const Part& part, const PreparedRay& r, const PreparedRayF& rf,
+                               double* t_max, ClosestHit* best) {
   const LeafArrays m(part);
+  const RayLanes8 r8(rf, r.t_min);
   WithPermutation(r, [&]<int KX, int KY, int KZ>() CLASH_AVX2 {
-    ForHitGroups<KX, KY, KZ>(m, r, first, count, t_max,
-                             [&](const uint32_t id[4], const double t[4], int mask) {
-                               while (mask != 0) {
-                                 const int j = __builtin_ctz(static_cast<unsigned>(mask));
-                                 mask &= mask - 1;
-                                 if (Better(t[j], id[j], *best)) {
-                                   *t_max = t[j];
-                                   *best = {t[j], id[j], true};
-                                 }
-                               }
-                               return false;
-                             });
+    WalkRayNodes(
+        part.ray_bvh(), t_max,
+        [&](const RayNode& n, float tf, float t[4])
+            CLASH_AVX2 { return IntersectNode8(n, r8, tf, t); },
+        [&](double t) { return rf.Upper(t); },
+        [&](uint32_t first, uint32_t count, double* tm) CLASH_AVX2 {
+          return ForHitGroups<KX, KY, KZ>(
+              m, r, first, count, tm, [&](const uint32_t id[4], const double t[4], int mask) {
+                while (mask != 0) {
+                  const int j = __builtin_ctz(static_cast<unsigned>(mask));
+                  mask &= mask - 1;
+                  if (Better(t[j], id[j], *best)) {
+                    *tm = t[j];
+                    *best = {t[j], id[j], true};
+                  }
+                }
+                return false;
+              });
+        });
   });
 }
 
@@ -210,13 +271,24 @@ bool LeafAnyScalar(const Part& part, const PreparedRay& r, uint32_t first, uint3
   return false;
 }
 
-CLASH_AVX2 bool LeafAnyAvx2(const Part& part, const PreparedRay& r, uint32_t first,
-                            uint32_t count) {
+CLASH_AVX2 bool AnyHitAvx2(const Part& part, const PreparedRay& r, const PreparedRayF& rf) {
   const LeafArrays m(part);
-  return WithPermutation(r, [&]<int KX, int KY, int KZ>() CLASH_AVX2 {
-    return ForHitGroups<KX, KY, KZ>(m, r, first, count, &r.t_max,
-                                    [](const uint32_t*, const double*, int) { return true; });
+  const RayLanes8 r8(rf, r.t_min);
+  double t_max = r.t_max;
+  bool hit = false;
+  WithPermutation(r, [&]<int KX, int KY, int KZ>() CLASH_AVX2 {
+    WalkRayNodes(
+        part.ray_bvh(), &t_max,
+        [&](const RayNode& n, float tf, float t[4])
+            CLASH_AVX2 { return IntersectNode8(n, r8, tf, t); },
+        [&](double t) { return rf.Upper(t); },
+        [&](uint32_t first, uint32_t count, double* tm) CLASH_AVX2 {
+          hit = ForHitGroups<KX, KY, KZ>(m, r, first, count, tm,
+                                         [](const uint32_t*, const double*, int) { return true; });
+          return hit;
+        });
   });
+  return hit;
 }
 
 }  // namespace clash::geom::internal

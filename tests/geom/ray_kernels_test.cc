@@ -3,12 +3,14 @@
 // edge function sends a lane to the scalar test.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <optional>
+#include <random>
 #include <vector>
 
 #include "clash/geom/query.h"
-#include "ray_leaf_internal.h"
+#include "ray_kernels_internal.h"
 #include "testing/random_geometry.h"
 
 namespace clash::geom {
@@ -84,7 +86,7 @@ TEST(RayLeafKernel, Avx2AndScalarAgreeBitForBit) {
       ++hits;
       EXPECT_EQ(scalar.hit->t, avx2.hit->t) << "mesh " << m << " ray " << i;
       EXPECT_EQ(scalar.hit->triangle, avx2.hit->triangle) << "mesh " << m << " ray " << i;
-      const internal::PreparedRay pr(ray.Transformed(X_WP.Inverse()));
+      const internal::PreparedRay pr(ray.InFrameOf(X_WP));
       const auto& tri = part->mesh().triangles()[scalar.hit->triangle];
       const auto h = internal::IntersectWatertight(pr, v[tri[0]], v[tri[1]], v[tri[2]]);
       ASSERT_TRUE(h.has_value());
@@ -94,6 +96,44 @@ TEST(RayLeafKernel, Avx2AndScalarAgreeBitForBit) {
   EXPECT_GT(hits, rays / 4);
   EXPECT_LT(hits, rays * 9 / 10);
   EXPECT_GT(edge_hits, 20);  // the scalar hand-off is exercised
+}
+
+// RoundDown gives the largest float not above x and RoundUp the smallest not below, on exact
+// floats, halfway cases, signed zeros, subnormals and values beyond the float range.
+TEST(RayKernel, DirectedRoundingToFloat) {
+  auto rng = SeededRng(312);
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::uniform_int_distribution<int> exponent(-160, 140);
+  constexpr float kFltMax = std::numeric_limits<float>::max();
+  std::vector<double> xs = {0.0,          -0.0,    1.0,      -1.0,   1e-45,
+                            -1e-45,       1.5e-45, -1.5e-45, 1e-300, -1e-300,
+                            3.4028235e38, 3.5e38,  -3.5e38,  kInf,   -kInf};
+  for (int i = 0; i < 20000; ++i) {
+    const double x = std::ldexp(mantissa(rng), exponent(rng)) * (i % 2 ? -1 : 1);
+    xs.push_back(x);
+    xs.push_back(static_cast<float>(x));  // exactly a float
+    const float f = static_cast<float>(x);
+    xs.push_back(0.5 * (static_cast<double>(f) + std::nextafter(f, kInf)));  // halfway
+  }
+  int moved_down = 0, moved_up = 0;
+  for (double x : xs) {
+    const float lo = internal::RoundDown(x), hi = internal::RoundUp(x);
+    if (std::abs(x) > kFltMax) {  // beyond the float range
+      EXPECT_EQ(lo, x > 0 ? kFltMax : -std::numeric_limits<float>::infinity()) << x;
+      EXPECT_EQ(hi, x > 0 ? std::numeric_limits<float>::infinity() : -kFltMax) << x;
+      continue;
+    }
+    ASSERT_LE(static_cast<double>(lo), x) << x;
+    ASSERT_GT(static_cast<double>(std::nextafter(lo, std::numeric_limits<float>::infinity())), x)
+        << x;
+    ASSERT_GE(static_cast<double>(hi), x) << x;
+    ASSERT_LT(static_cast<double>(std::nextafter(hi, -std::numeric_limits<float>::infinity())), x)
+        << x;
+    moved_down += static_cast<double>(lo)<x&& static_cast<double>(static_cast<float>(x))> x;
+    moved_up += static_cast<double>(hi) > x && static_cast<double>(static_cast<float>(x)) < x;
+  }
+  EXPECT_GT(moved_down, 5000);  // rounding to nearest went the wrong way often: corrected
+  EXPECT_GT(moved_up, 5000);
 }
 
 }  // namespace
