@@ -84,6 +84,33 @@ IdSet ToSet(const std::vector<const InstanceRec*>& v) {
   return s;
 }
 
+bool SelectsAll(const v1::InstanceSelector& selector) {
+  return selector.instance_ids().empty() && selector.groups().empty() &&
+         selector.path_prefixes().empty();
+}
+
+// A selector resolved on a scene: every enabled instance (nothing listed: a query against the
+// whole scene costs no per-instance set), or the enabled instances chosen.
+struct Selection {
+  bool all = false;
+  IdSet ids;  // when !all
+  [[nodiscard]] bool Contains(const InstanceRec& r) const {
+    return all ? r.enabled : ids.contains(r.id);
+  }
+  // False when the id is surely not chosen (a cheap test before looking the instance up).
+  [[nodiscard]] bool MayContain(uint64_t id) const { return all || ids.contains(id); }
+};
+
+absl::StatusOr<Selection> Resolve(const Scene& scene, const v1::InstanceSelector& selector) {
+  Selection out;
+  out.all = SelectsAll(selector);
+  if (!out.all) {
+    CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> recs, SelectInstances(scene, selector));
+    out.ids = ToSet(recs);
+  }
+  return out;
+}
+
 double PairTolerance(const v1::Tolerances& tol, const InstanceRec& a, const InstanceRec& b) {
   return ContactTolerance(
       tol, a.part->deflection_mm + b.part->deflection_mm,
@@ -94,16 +121,16 @@ double PairTolerance(const v1::Tolerances& tol, const InstanceRec& a, const Inst
 // pair with one instance in A and the other in B (or two in A when B is null).
 std::vector<std::pair<const InstanceRec*, const InstanceRec*>> CandidatePairs(
     const Scene& scene, const PosedScene& posed, const std::vector<const InstanceRec*>& set_a,
-    const IdSet& in_a, const IdSet* in_b, double margin) {
+    const Selection& in_a, const Selection* in_b, double margin) {
   absl::flat_hash_set<std::pair<uint64_t, uint64_t>> seen;
   std::vector<std::pair<const InstanceRec*, const InstanceRec*>> out;
-  auto valid = [&](uint64_t x, uint64_t y) {
-    if (x == y) return false;
-    if (in_b == nullptr) return in_a.contains(x) && in_a.contains(y);
-    return (in_a.contains(x) && in_b->contains(y)) || (in_b->contains(x) && in_a.contains(y));
+  auto valid = [&](const InstanceRec& x, const InstanceRec& y) {
+    if (x.id == y.id) return false;
+    if (in_b == nullptr) return in_a.Contains(x) && in_a.Contains(y);
+    return (in_a.Contains(x) && in_b->Contains(y)) || (in_b->Contains(x) && in_a.Contains(y));
   };
   auto consider = [&](const InstanceRec* x, const InstanceRec* y) {
-    if (!valid(x->id, y->id)) return;
+    if (!valid(*x, *y)) return;
     if (x->id > y->id) std::swap(x, y);
     if (seen.insert({x->id, y->id}).second) out.emplace_back(x, y);
   };
@@ -320,12 +347,15 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   CLASH_ASSIGN_OR_RETURN(PosedScene posed, PosedScene::Make(scene, request.pose_overrides()));
   CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> set_a,
                          SelectInstances(scene, request.set_a()));
-  const IdSet in_a = ToSet(set_a);
-  IdSet in_b;
+  Selection in_a;
+  if (SelectsAll(request.set_a())) {
+    in_a.all = true;
+  } else {
+    in_a.ids = ToSet(set_a);
+  }
+  Selection in_b;
   if (request.has_set_b()) {
-    CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> set_b,
-                           SelectInstances(scene, request.set_b()));
-    in_b = ToSet(set_b);
+    CLASH_ASSIGN_OR_RETURN(in_b, Resolve(scene, request.set_b()));
   }
   std::vector<AllowRule> rules;
   CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, request.allowed(), &rules));
@@ -339,9 +369,11 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
 
   v1::InterferenceResponse response;
   v1::InterferenceSummary* summary = response.mutable_summary();
-  {
-    IdSet involved = in_a;
-    involved.insert(in_b.begin(), in_b.end());
+  if (in_a.all || in_b.all) {
+    summary->set_instances(scene.tree.size());
+  } else {
+    IdSet involved = in_a.ids;
+    involved.insert(in_b.ids.begin(), in_b.ids.end());
     summary->set_instances(involved.size());
   }
   std::vector<v1::Clash> clashes;
@@ -546,9 +578,7 @@ absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickReque
     return absl::InvalidArgumentError(absl::StrCat(
         request.rays_size(), " rays, above the limit of ", limits.max_rays, " per request"));
   }
-  CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> targets,
-                         SelectInstances(scene, request.targets()));
-  const IdSet in_targets = ToSet(targets);
+  CLASH_ASSIGN_OR_RETURN(const Selection targets, Resolve(scene, request.targets()));
   v1::PickResponse response;
   response.set_scene_version(scene.version);
   int since_stop = 0;
@@ -575,9 +605,9 @@ absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickReque
     std::optional<geom::RayHit> best;
     const InstanceRec* best_rec = nullptr;
     scene.tree.QueryRay(ray, [&](uint64_t id, double /*t_entry*/) {
-      if (!in_targets.contains(id)) return ray.t_max;
+      if (!targets.MayContain(id)) return ray.t_max;
       const InstanceRec* rec = scene.Find(id);
-      if (rec == nullptr) return ray.t_max;
+      if (rec == nullptr || !targets.Contains(*rec)) return ray.t_max;
       std::optional<geom::RayHit> hit = geom::CastRay(*rec->part->geom, rec->X_WP, ray);
       if (hit && (!best || hit->t < best->t)) {
         best = hit;

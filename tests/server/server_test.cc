@@ -385,6 +385,60 @@ TEST_F(ServerTest, ClassesOfKnownBoxPairs) {
   EXPECT_EQ(again.summary().cached_pairs(), again.summary().candidate_pairs());
 }
 
+// Disabled instances take no part in checks or picks, whether the request names instances
+// or leaves the selector empty (the whole scene, resolved without listing it).
+TEST_F(ServerTest, DisabledInstancesAreLeftOutOfWholeSceneQueries) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  auto T = [](double x) { return RigidTransform::Translation(Vec3(x, 0, 0)); };
+  const uint64_t a = Place(scene, box, T(0), "a");
+  const uint64_t b = Place(scene, box, T(1.5), "b");   // overlaps a
+  const uint64_t c = Place(scene, box, T(-1.5), "c");  // overlaps a, nearest the ray
+  v1::SetInstancesEnabledRequest off;
+  off.set_scene_id(scene);
+  off.add_instance_ids(c);
+  off.set_enabled(false);
+  ASSERT_THAT(client_->SetInstancesEnabled(off).status(), IsOk());
+
+  const v1::InterferenceResponse all = Check(scene, 0.01);
+  EXPECT_EQ(all.summary().instances(), 2u);
+  ASSERT_EQ(all.clashes_size(), 1);
+  EXPECT_EQ(all.clashes(0).path_a(), "a");
+  EXPECT_EQ(all.clashes(0).path_b(), "b");
+  v1::InterferenceRequest one_vs_all;  // a against the whole scene
+  one_vs_all.set_scene_id(scene);
+  one_vs_all.mutable_set_a()->add_instance_ids(a);
+  *one_vs_all.mutable_set_b() = v1::InstanceSelector();
+  auto r = client_->CheckInterference(one_vs_all);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->summary().instances(), 2u);
+  ASSERT_EQ(r->clashes_size(), 1);
+  EXPECT_EQ(r->clashes(0).path_b(), "b");
+
+  auto pick = [&](const std::vector<uint64_t>& targets) {
+    v1::PickRequest req;
+    req.set_scene_id(scene);
+    v1::Ray* ray = req.add_rays();
+    ray->mutable_origin_mm()->set_x(-10);
+    ray->mutable_origin_mm()->set_y(0.25);
+    ray->mutable_origin_mm()->set_z(0.25);
+    ray->mutable_direction()->set_x(1);
+    for (uint64_t id : targets) req.mutable_targets()->add_instance_ids(id);
+    auto resp = client_->PickRays(req);
+    EXPECT_THAT(resp.status(), IsOk());
+    return resp.ok() && resp->hits_size() == 1 ? resp->hits(0) : v1::PickHit();
+  };
+  const v1::PickHit whole = pick({});
+  ASSERT_TRUE(whole.hit());
+  EXPECT_EQ(whole.instance_id(), a);  // c is nearer but disabled
+  EXPECT_NEAR(whole.distance_mm(), 9.0, 1e-9);
+  EXPECT_FALSE(pick({c}).hit());
+  const v1::PickHit only_b = pick({b});
+  ASSERT_TRUE(only_b.hit());
+  EXPECT_EQ(only_b.instance_id(), b);
+  EXPECT_NEAR(only_b.distance_mm(), 10.5, 1e-9);
+}
+
 TEST_F(ServerTest, AllowedInterferenceIsReportedAsSuppressed) {
   const std::string box = Upload(MakeBox(Vec3(5, 5, 5)), "box");
   const std::string scene = NewScene();
