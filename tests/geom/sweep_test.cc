@@ -511,10 +511,11 @@ TEST(Sweep, AgreesWithDenseSampling) {
   ::testing::Test::RecordProperty("blocked", blocked);
   ::testing::Test::RecordProperty("touched_not_blocked", touched);
   ::testing::Test::RecordProperty("samples_deeper_than_tau", deeper_than_tau);
-  // The generator must give both answers often: a hit-rate window.
+  // The generator must give both answers often: a hit-rate window, each answer at least a fifth
+  // of the runs and at least once (a scaled-down run has only about 7).
   EXPECT_GE(run, trials / 2);
-  EXPECT_GE(blocked, run / 5);
-  EXPECT_LE(blocked, run * 4 / 5);
+  EXPECT_GE(blocked, std::max(1, run / 5));
+  EXPECT_LE(blocked, run - std::max(1, run / 5));
   EXPECT_GE(touched, 1);
 }
 
