@@ -89,26 +89,29 @@ bool SelectsAll(const v1::InstanceSelector& selector) {
          selector.path_prefixes().empty();
 }
 
-// A selector resolved on a scene: every enabled instance (nothing listed: a query against the
-// whole scene costs no per-instance set), or the enabled instances chosen.
+// A selector resolved on a scene, for membership tests of enabled instances (the only ones
+// the broad-phase tree and SelectInstances give): all of them (a query against the whole scene
+// costs no per-instance set), or the ids chosen.
 struct Selection {
   bool all = false;
   IdSet ids;  // when !all
-  [[nodiscard]] bool Contains(const InstanceRec& r) const {
-    return all ? r.enabled : ids.contains(r.id);
-  }
-  // False when the id is surely not chosen (a cheap test before looking the instance up).
-  [[nodiscard]] bool MayContain(uint64_t id) const { return all || ids.contains(id); }
+  [[nodiscard]] bool Contains(uint64_t id) const { return all || ids.contains(id); }
 };
 
-absl::StatusOr<Selection> Resolve(const Scene& scene, const v1::InstanceSelector& selector) {
+// The selection of `selector`, given the instances SelectInstances listed for it.
+Selection SelectionOf(const v1::InstanceSelector& selector,
+                      const std::vector<const InstanceRec*>& listed) {
   Selection out;
   out.all = SelectsAll(selector);
-  if (!out.all) {
-    CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> recs, SelectInstances(scene, selector));
-    out.ids = ToSet(recs);
-  }
+  if (!out.all) out.ids = ToSet(listed);
   return out;
+}
+
+// The selection of `selector`, listing the scene only when it names instances.
+absl::StatusOr<Selection> Resolve(const Scene& scene, const v1::InstanceSelector& selector) {
+  if (SelectsAll(selector)) return SelectionOf(selector, {});
+  CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> listed, SelectInstances(scene, selector));
+  return SelectionOf(selector, listed);
 }
 
 double PairTolerance(const v1::Tolerances& tol, const InstanceRec& a, const InstanceRec& b) {
@@ -124,13 +127,13 @@ std::vector<std::pair<const InstanceRec*, const InstanceRec*>> CandidatePairs(
     const Selection& in_a, const Selection* in_b, double margin) {
   absl::flat_hash_set<std::pair<uint64_t, uint64_t>> seen;
   std::vector<std::pair<const InstanceRec*, const InstanceRec*>> out;
-  auto valid = [&](const InstanceRec& x, const InstanceRec& y) {
-    if (x.id == y.id) return false;
+  auto valid = [&](uint64_t x, uint64_t y) {
+    if (x == y) return false;
     if (in_b == nullptr) return in_a.Contains(x) && in_a.Contains(y);
     return (in_a.Contains(x) && in_b->Contains(y)) || (in_b->Contains(x) && in_a.Contains(y));
   };
   auto consider = [&](const InstanceRec* x, const InstanceRec* y) {
-    if (!valid(*x, *y)) return;
+    if (!valid(x->id, y->id)) return;
     if (x->id > y->id) std::swap(x, y);
     if (seen.insert({x->id, y->id}).second) out.emplace_back(x, y);
   };
@@ -294,8 +297,7 @@ std::string ClashId(const std::string& path_a, const std::string& path_b) {
 absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(
     const Scene& scene, const v1::InstanceSelector& selector) {
   std::vector<const InstanceRec*> out;
-  if (selector.instance_ids().empty() && selector.groups().empty() &&
-      selector.path_prefixes().empty()) {
+  if (SelectsAll(selector)) {
     for (const auto& [id, rec] : scene.instances) {
       if (rec.enabled) out.push_back(&rec);
     }
@@ -347,12 +349,7 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   CLASH_ASSIGN_OR_RETURN(PosedScene posed, PosedScene::Make(scene, request.pose_overrides()));
   CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> set_a,
                          SelectInstances(scene, request.set_a()));
-  Selection in_a;
-  if (SelectsAll(request.set_a())) {
-    in_a.all = true;
-  } else {
-    in_a.ids = ToSet(set_a);
-  }
+  const Selection in_a = SelectionOf(request.set_a(), set_a);
   Selection in_b;
   if (request.has_set_b()) {
     CLASH_ASSIGN_OR_RETURN(in_b, Resolve(scene, request.set_b()));
@@ -605,9 +602,9 @@ absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickReque
     std::optional<geom::RayHit> best;
     const InstanceRec* best_rec = nullptr;
     scene.tree.QueryRay(ray, [&](uint64_t id, double /*t_entry*/) {
-      if (!targets.MayContain(id)) return ray.t_max;
+      if (!targets.Contains(id)) return ray.t_max;
       const InstanceRec* rec = scene.Find(id);
-      if (rec == nullptr || !targets.Contains(*rec)) return ray.t_max;
+      if (rec == nullptr) return ray.t_max;
       std::optional<geom::RayHit> hit = geom::CastRay(*rec->part->geom, rec->X_WP, ray);
       if (hit && (!best || hit->t < best->t)) {
         best = hit;

@@ -16,7 +16,7 @@
 namespace clash::geom {
 namespace {
 
-using internal::RayLeafKernel;
+using internal::RayKernel;
 using testing::MakeBlob;
 using testing::MakeSoup;
 using testing::MakeSubdividedBox;
@@ -29,7 +29,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Restores the default kernel when a test ends.
 struct KernelGuard {
-  ~KernelGuard() { internal::SetRayLeafKernel(RayLeafKernel::kAvx2); }
+  ~KernelGuard() { internal::SetRayKernel(RayKernel::kAvx2); }
 };
 
 struct Answers {
@@ -37,12 +37,12 @@ struct Answers {
   bool any;
 };
 
-Answers Cast(RayLeafKernel kernel, const Part& part, const RigidTransform& X_WP, const Ray& ray) {
-  internal::SetRayLeafKernel(kernel);
+Answers Cast(RayKernel kernel, const Part& part, const RigidTransform& X_WP, const Ray& ray) {
+  internal::SetRayKernel(kernel);
   return {CastRay(part, X_WP, ray), RayHitsAny(part, X_WP, ray)};
 }
 
-TEST(RayLeafKernel, Avx2AndScalarAgreeBitForBit) {
+TEST(RayKernel, Avx2AndScalarAgreeBitForBit) {
   if (!internal::Avx2Supported()) GTEST_SKIP() << "this processor has no AVX2";
   KernelGuard guard;
   auto rng = SeededRng(311);
@@ -75,9 +75,9 @@ TEST(RayLeafKernel, Avx2AndScalarAgreeBitForBit) {
       Ray ray{X_WP * origin, X_WP.R * (targets[i] - origin), 0.0, kInf};
       if (i % 5 == 0) ray.t_max = 0.8;
       if (ray.direction.norm() == 0) continue;
-      const Answers scalar = Cast(RayLeafKernel::kScalar, *part, X_WP, ray);
-      const Answers avx2 = Cast(RayLeafKernel::kAvx2, *part, X_WP, ray);
-      ASSERT_EQ(internal::ActiveRayLeafKernel(), RayLeafKernel::kAvx2);
+      const Answers scalar = Cast(RayKernel::kScalar, *part, X_WP, ray);
+      const Answers avx2 = Cast(RayKernel::kAvx2, *part, X_WP, ray);
+      ASSERT_EQ(internal::ActiveRayKernel(), RayKernel::kAvx2);
       ++rays;
       ASSERT_EQ(scalar.hit.has_value(), avx2.hit.has_value()) << "mesh " << m << " ray " << i;
       EXPECT_EQ(scalar.any, avx2.any) << "mesh " << m << " ray " << i;
@@ -93,6 +93,9 @@ TEST(RayLeafKernel, Avx2AndScalarAgreeBitForBit) {
       edge_hits += h->on_edge;
     }
   }
+  ::testing::Test::RecordProperty("rays", rays);
+  ::testing::Test::RecordProperty("hits", hits);
+  ::testing::Test::RecordProperty("edge_hits", edge_hits);
   EXPECT_GT(hits, rays / 4);
   EXPECT_LT(hits, rays * 9 / 10);
   EXPECT_GT(edge_hits, 20);  // the scalar hand-off is exercised

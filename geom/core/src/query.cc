@@ -313,6 +313,11 @@ void WalkRay(const Part& part, const internal::PreparedRay& r, double* t_max, Le
 
 namespace {
 
+// True when the part's single-precision ray tree exists and can bound the ray.
+bool TakesRayTree(const Part& part, const internal::PreparedRayF& rf) {
+  return rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef;
+}
+
 // Walks the leaves a prepared ray (part frame) enters, nearest first: the single-precision ray
 // hierarchy when `rf` can bound the ray, else the double-precision one (rays with a near-zero
 // direction component, parts reaching beyond the float range). `leaf(first, count, &t_max)`
@@ -320,7 +325,7 @@ namespace {
 template <typename LeafFn>
 void WalkRayLeaves(const Part& part, const internal::PreparedRay& r,
                    const internal::PreparedRayF& rf, double* t_max, LeafFn&& leaf) {
-  if (rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef) {
+  if (TakesRayTree(part, rf)) {
     internal::WalkRayBvh(part.ray_bvh(), rf, r.t_min, t_max, leaf);
   } else {
     WalkRay(part, r, t_max,
@@ -328,11 +333,10 @@ void WalkRayLeaves(const Part& part, const internal::PreparedRay& r,
   }
 }
 
-// True when the AVX2 kernels can take a ray: the processor has them (and they are selected)
-// and the single-precision ray tree can bound the ray.
+// True when the AVX2 kernels take a ray: they are selected (the processor has them) and the
+// ray tree can bound the ray.
 bool TakesAvx2(const Part& part, const internal::PreparedRayF& rf) {
-  return rf.usable && part.ray_bvh().root_ref() != kRayEmptyRef &&
-         internal::ActiveRayLeafKernel() == internal::RayLeafKernel::kAvx2;
+  return TakesRayTree(part, rf) && internal::ActiveRayKernel() == internal::RayKernel::kAvx2;
 }
 
 }  // namespace

@@ -140,9 +140,8 @@ struct RayLanes8 {
   __m256 inv[3];          // 1/d (lanes 0-3), -1/d (4-7)
   __m128i near_first[3];  // byte order putting a node's near planes first
   __m128 tn0;             // entry bound
-  const PreparedRayF* rf;
 
-  CLASH_AVX2 explicit RayLanes8(const PreparedRayF& r, double t_min) : rf(&r) {
+  CLASH_AVX2 explicit RayLanes8(const PreparedRayF& r, double t_min) {
     const __m128 sign = _mm_set1_ps(-0.0f);
     for (int a = 0; a < 3; ++a) {
       o[a] = _mm256_insertf128_ps(_mm256_castps128_ps256(r.o_near[a]), r.o_far[a], 1);
@@ -204,6 +203,29 @@ CLASH_AVX2 auto WithPermutation(const PreparedRay& r, F&& f) {
   }
 }
 
+// Walks the part's ray tree with the 8-lane box test and tests the leaves four triangles at a
+// time within [r.t_min, *t_max]: on_hits(id, t, mask) as in ForHitGroups (it may lower
+// *t_max), true to stop. Returns whether it stopped.
+template <typename OnHits>
+CLASH_AVX2 bool WalkAvx2(const Part& part, const PreparedRay& r, const PreparedRayF& rf,
+                         double* t_max, OnHits&& on_hits) {
+  const LeafArrays m(part);
+  const RayLanes8 r8(rf, r.t_min);
+  bool stopped = false;
+  WithPermutation(r, [&]<int KX, int KY, int KZ>() CLASH_AVX2 {
+    WalkRayNodes(
+        part.ray_bvh(), t_max,
+        [&](const RayNode& n, float tf, float t[4])
+            CLASH_AVX2 { return IntersectNode8(n, r8, tf, t); },
+        [&](double t) { return rf.Upper(t); },
+        [&](uint32_t first, uint32_t count, double* tm) CLASH_AVX2 {
+          stopped = ForHitGroups<KX, KY, KZ>(m, r, first, count, tm, on_hits);
+          return stopped;
+        });
+  });
+  return stopped;
+}
+
 }  // namespace
 
 bool Avx2Supported() {
@@ -211,13 +233,13 @@ bool Avx2Supported() {
   return supported;
 }
 
-RayLeafKernel ActiveRayLeafKernel() {
-  return g_use_avx2.load(std::memory_order_relaxed) && Avx2Supported() ? RayLeafKernel::kAvx2
-                                                                       : RayLeafKernel::kScalar;
+RayKernel ActiveRayKernel() {
+  return g_use_avx2.load(std::memory_order_relaxed) && Avx2Supported() ? RayKernel::kAvx2
+                                                                       : RayKernel::kScalar;
 }
 
-void SetRayLeafKernel(RayLeafKernel kernel) {
-  g_use_avx2.store(kernel == RayLeafKernel::kAvx2, std::memory_order_relaxed);
+void SetRayKernel(RayKernel kernel) {
+  g_use_avx2.store(kernel == RayKernel::kAvx2, std::memory_order_relaxed);
 }
 
 void LeafClosestScalar(const Part& part, const PreparedRay& r, uint32_t first, uint32_t count,
@@ -237,28 +259,16 @@ void LeafClosestScalar(const Part& part, const PreparedRay& r, uint32_t first, u
 
 CLASH_AVX2 void ClosestHitAvx2(const Part& part, const PreparedRay& r, const PreparedRayF& rf,
                                double* t_max, ClosestHit* best) {
-  const LeafArrays m(part);
-  const RayLanes8 r8(rf, r.t_min);
-  WithPermutation(r, [&]<int KX, int KY, int KZ>() CLASH_AVX2 {
-    WalkRayNodes(
-        part.ray_bvh(), t_max,
-        [&](const RayNode& n, float tf, float t[4])
-            CLASH_AVX2 { return IntersectNode8(n, r8, tf, t); },
-        [&](double t) { return rf.Upper(t); },
-        [&](uint32_t first, uint32_t count, double* tm) CLASH_AVX2 {
-          return ForHitGroups<KX, KY, KZ>(
-              m, r, first, count, tm, [&](const uint32_t id[4], const double t[4], int mask) {
-                while (mask != 0) {
-                  const int j = __builtin_ctz(static_cast<unsigned>(mask));
-                  mask &= mask - 1;
-                  if (Better(t[j], id[j], *best)) {
-                    *tm = t[j];
-                    *best = {t[j], id[j], true};
-                  }
-                }
-                return false;
-              });
-        });
+  WalkAvx2(part, r, rf, t_max, [&](const uint32_t id[4], const double t[4], int mask) {
+    while (mask != 0) {
+      const int j = __builtin_ctz(static_cast<unsigned>(mask));
+      mask &= mask - 1;
+      if (Better(t[j], id[j], *best)) {
+        *t_max = t[j];
+        *best = {t[j], id[j], true};
+      }
+    }
+    return false;
   });
 }
 
@@ -272,23 +282,8 @@ bool LeafAnyScalar(const Part& part, const PreparedRay& r, uint32_t first, uint3
 }
 
 CLASH_AVX2 bool AnyHitAvx2(const Part& part, const PreparedRay& r, const PreparedRayF& rf) {
-  const LeafArrays m(part);
-  const RayLanes8 r8(rf, r.t_min);
   double t_max = r.t_max;
-  bool hit = false;
-  WithPermutation(r, [&]<int KX, int KY, int KZ>() CLASH_AVX2 {
-    WalkRayNodes(
-        part.ray_bvh(), &t_max,
-        [&](const RayNode& n, float tf, float t[4])
-            CLASH_AVX2 { return IntersectNode8(n, r8, tf, t); },
-        [&](double t) { return rf.Upper(t); },
-        [&](uint32_t first, uint32_t count, double* tm) CLASH_AVX2 {
-          hit = ForHitGroups<KX, KY, KZ>(m, r, first, count, tm,
-                                         [](const uint32_t*, const double*, int) { return true; });
-          return hit;
-        });
-  });
-  return hit;
+  return WalkAvx2(part, r, rf, &t_max, [](const uint32_t*, const double*, int) { return true; });
 }
 
 }  // namespace clash::geom::internal

@@ -1,9 +1,10 @@
-// Ray tests against the triangles of one hierarchy leaf: the exact double-precision watertight
-// test (ray_internal.h), one triangle at a time, or four at a time with AVX2 on processors
-// that have it. Both give the same answers bit for bit: the AVX2 kernel performs the very
-// operations of IntersectWatertight in the same order (no fused multiply-add), and a lane with
-// a zero edge function, which the scalar test recomputes in extended precision, is handed to
-// the scalar test.
+// The ray kernels: the leaf tests of the portable path (the exact double-precision watertight
+// test of ray_internal.h, one triangle at a time, under WalkRayBvh's SSE2 walk), and the AVX2
+// path for processors that have it (an 8-lane box test, four triangles at a time). Both give
+// the same answers bit for bit: the AVX2 code performs the very operations of IntersectNode and
+// IntersectWatertight in the same order (no fused multiply-add), and a lane with a zero edge
+// function, which the scalar test recomputes in extended precision, is handed to the scalar
+// test.
 #pragma once
 
 #include <cstdint>
@@ -21,19 +22,19 @@ struct ClosestHit {
   bool found = false;
 };
 
-/// Which leaf kernel ray queries use.
-enum class RayLeafKernel {
-  kScalar,  ///< One triangle at a time (any x86-64).
-  kAvx2,    ///< Four triangles at a time (processors with AVX2).
+/// Which kernels ray queries use.
+enum class RayKernel {
+  kScalar,  ///< SSE2 walk, one triangle at a time (any x86-64).
+  kAvx2,    ///< 8-lane walk, four triangles at a time (processors with AVX2).
 };
 
 /// True when the processor has AVX2.
 [[nodiscard]] bool Avx2Supported();
 /// The kernel ray queries use: kAvx2 when supported, unless set otherwise.
-[[nodiscard]] RayLeafKernel ActiveRayLeafKernel();
+[[nodiscard]] RayKernel ActiveRayKernel();
 /// Selects the kernel (kAvx2 falls back to kScalar where unsupported); for tests and
 /// benchmarks comparing the two. Not synchronised with queries running at the same time.
-void SetRayLeafKernel(RayLeafKernel kernel);
+void SetRayKernel(RayKernel kernel);
 
 /// Closest hit over triangles first .. first + count - 1 of `part` within
 /// [r.t_min, *t_max]: ties go to the smaller triangle id. Lowers *t_max to a hit's t.
