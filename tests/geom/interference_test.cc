@@ -457,11 +457,13 @@ TEST(DeepestInside, EqualsAnUnprunedSearchOfEveryCandidate) {
       }
     }
     DeepestPoint expected;
+    const double on_surface = internal::OnSurfaceDistance(*q, X_WP, X_WQ);
     for (const DepthCandidate& c : candidates) {
       const Vec3 p_Q = X_QP * c.p_P;
       if (!q->bounds().Contains(p_Q)) continue;
       ++asked;
       const PointDistanceResult d = ClosestPoint(*q, p_Q);
+      if (!(d.distance > on_surface)) continue;
       const std::optional<bool> side = InsideFromClosestFace(*q, p_Q, d);
       if (!(side ? *side : ContainsPoint(*q, p_Q))) continue;
       ++inside;

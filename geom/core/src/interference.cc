@@ -26,6 +26,9 @@ constexpr int kLattice = 4;
 constexpr int kMaxHalvings = 20;
 // Segments shorter than this fraction of their triangle's longest edge count as points.
 constexpr double kPointSegmentRelative = 1e-9;
+// Candidates nearer than this fraction of the coordinates' magnitude to the other surface are
+// on it (the rounding noise of coincident surfaces is ~1e-15 of it).
+constexpr double kOnSurfaceRelative = 1e-12;
 
 using internal::DeepestPoint;
 using Candidate = internal::DepthCandidate;
@@ -247,6 +250,15 @@ bool NearContact(double value, double contact) {
 
 }  // namespace
 
+double internal::OnSurfaceDistance(const Part& q, const RigidTransform& X_WP,
+                                   const RigidTransform& X_WQ) {
+  const Aabb& b = q.bounds();
+  const double magnitude = b.Diagonal() +
+                           std::max(b.min.cwiseAbs().maxCoeff(), b.max.cwiseAbs().maxCoeff()) +
+                           X_WP.t.norm() + X_WQ.t.norm();
+  return kOnSurfaceRelative * magnitude;
+}
+
 // Equal depths go to the lexicographically smallest point (world), so the answer does not
 // depend on the order of the candidates. A candidate's closest point on Q is found first: it
 // is tested for containment only when it would be chosen.
@@ -266,6 +278,8 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
   // candidate is skipped, nor searched too narrowly, because of it.
   constexpr double kBoundSlack = 1e-9;
   DeepestPoint best;
+  // The depth a candidate must exceed: the best so far, at least the on-surface distance.
+  double beat = OnSurfaceDistance(q, X_WP, X_WQ);
   const RigidTransform X_QP = X_WQ.Inverse() * X_WP;
   bool have_anchor = false;
   bool anchor_outside = false;
@@ -275,8 +289,8 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
   for (const Candidate& c : candidates) {
     const Vec3 p_QC = X_QP * c.p_P;
     if (!q.bounds().Contains(p_QC)) continue;
-    // A candidate's own bound (beside a crossing) below the best depth: skipped at once.
-    if (c.bound * (1.0 + kBoundSlack) + kBoundSlack < best.depth) continue;
+    // A candidate's own bound (beside a crossing) below the depth to beat: skipped at once.
+    if (c.bound * (1.0 + kBoundSlack) + kBoundSlack < beat) continue;
     double upper = c.bound;
     if (have_anchor) {
       const double separation = (p_QC - anchor).norm();
@@ -291,15 +305,15 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
       upper = std::min(upper, (p_QC - on_anchor_triangle).norm());
     }
     upper = upper * (1.0 + kBoundSlack) + kBoundSlack;
-    if (upper < best.depth) continue;
-    // Only a candidate deeper than the best so far matters: search within that depth first
+    if (upper < beat) continue;
+    // Only a candidate deeper than the depth to beat matters: search within that depth first
     // (cheap, the bound prunes) unless the candidate's bound is nearly as tight, then within
     // its bound, and without one only when rounding left nothing within it.
-    if (best.depth > 0.0 && upper > 2.0 * best.depth) {
-      // Surface strictly nearer than the best depth: not deeper. The point found is a piece of
-      // Q's surface and its distance an upper bound, so it serves as the next anchor (one
+    if (upper > 2.0 * beat) {
+      // Surface strictly nearer than the depth to beat: not deeper. The point found is a piece
+      // of Q's surface and its distance an upper bound, so it serves as the next anchor (one
       // whose ball is not known to be empty).
-      const PointDistanceResult near = internal::SurfacePointWithin(q, p_QC, best.depth);
+      const PointDistanceResult near = internal::SurfacePointWithin(q, p_QC, beat);
       if (std::isfinite(near.distance)) {
         have_anchor = true;
         anchor_outside = false;
@@ -311,18 +325,19 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
     }
     PointDistanceResult d = ClosestPoint(q, p_QC, upper);
     if (!std::isfinite(d.distance)) d = ClosestPoint(q, p_QC);
-    const std::optional<bool> inside = InsideFromClosestFace(q, p_QC, d);
     have_anchor = true;
-    anchor_outside = inside.has_value() && !*inside;
     anchor = p_QC;
     anchor_distance = d.distance;
     anchor_triangle = d.triangle;
+    anchor_outside = false;
     const Vec3 p_WC = X_WP * c.p_P;
-    const bool deeper = d.distance > best.depth ||
-                        (best.found && d.distance == best.depth && LexLess(p_WC, best.p_WP));
+    const bool deeper =
+        d.distance > beat || (best.found && d.distance == beat && LexLess(p_WC, best.p_WP));
     if (!deeper) continue;
+    const std::optional<bool> inside = InsideFromClosestFace(q, p_QC, d);
+    anchor_outside = inside.has_value() && !*inside;
     if (!(inside ? *inside : ContainsPoint(q, p_QC))) continue;
-    best.depth = d.distance;
+    best.depth = beat = d.distance;
     best.found = true;
     best.p_WP = p_WC;
     best.p_WQ = X_WQ * d.p_PC;

@@ -30,12 +30,18 @@ struct DeepestPoint {
   uint32_t tri_p = 0, tri_q = 0;  ///< Their triangles.
 };
 
+/// Distance from Q's surface within which a point counts as on it, not inside: 1e-12 of the
+/// magnitude of the coordinates involved (Q's size and place, P's place), far above the
+/// rounding noise of coincident surfaces and far below any tolerance.
+[[nodiscard]] double OnSurfaceDistance(const Part& q, const RigidTransform& X_WP,
+                                       const RigidTransform& X_WQ);
+
 /// The deepest of `candidates` (P posed at X_WP) inside the closed part q (at X_WQ): the
-/// largest distance to q's surface among the candidates inside q (ClosestPoint,
-/// InsideFromClosestFace, else ContainsPoint). Equal depths go to the lexicographically
-/// smallest point (world). Candidates' bounds, and those their searched neighbours give, only
-/// prune candidates that cannot be the answer: the result is the one an unbounded search of
-/// every candidate gives.
+/// largest distance to q's surface, above OnSurfaceDistance, among the candidates inside q
+/// (ClosestPoint, InsideFromClosestFace, else ContainsPoint). Equal depths go to the
+/// lexicographically smallest point (world). Candidates' bounds, and those their searched
+/// neighbours give, only prune candidates that cannot be the answer: the result is the one an
+/// unbounded search of every candidate gives.
 [[nodiscard]] DeepestPoint DeepestInside(std::span<const DepthCandidate> candidates,
                                          const RigidTransform& X_WP, const Part& q,
                                          const RigidTransform& X_WQ);

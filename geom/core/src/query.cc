@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <optional>
+#include <span>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
@@ -401,25 +403,6 @@ double WindingNumber(const TriangleMesh& m, const Vec3& p) {
 
 }  // namespace
 
-std::optional<bool> InsideFromClosestFace(const Part& q, const Vec3& p,
-                                          const PointDistanceResult& d) {
-  constexpr double kInteriorMargin = 1e-6;  // barycentric coordinates this far from an edge
-  const auto& t = q.mesh().triangles()[d.triangle];
-  const auto& v = q.mesh().vertices();
-  const Vec3 n = (v[t[1]] - v[t[0]]).cross(v[t[2]] - v[t[0]]);
-  const double nn = n.squaredNorm();
-  if (!(nn > 0.0) || !(d.distance > 0.0)) return std::nullopt;
-  for (int i = 0; i < 3; ++i) {
-    const Vec3 sub = (v[t[(i + 1) % 3]] - d.p_PC).cross(v[t[(i + 2) % 3]] - d.p_PC);
-    if (!(sub.dot(n) > kInteriorMargin * nn)) return std::nullopt;
-  }
-  const double s = (p - d.p_PC).dot(n) / std::sqrt(nn);
-  // p - closest is along the normal when the closest point is inside the face; anything else
-  // is rounding trouble, left to the rays.
-  if (!(std::abs(s) >= 0.999 * d.distance)) return std::nullopt;
-  return s < 0.0;
-}
-
 bool ContainsPoint(const Part& part, const Vec3& p_PQ) {
   if (!part.mesh().IsClosed() || !part.bounds().Contains(p_PQ)) return false;
   int votes_in = 0, votes = 0;
@@ -557,6 +540,129 @@ PointDistanceResult internal::SurfacePointWithin(const Part& part, const Vec3& p
     return false;
   });
   return r;
+}
+
+namespace {
+
+// The triangles of `part` that hold vertex `v` (and vertex `w` too, unless w == v) among those
+// in leaves within `radius` of p (part frame), up to the capacity of `out`; false when more.
+template <std::size_t N>
+bool TrianglesAt(const Part& part, const Vec3& p, double radius, uint32_t v, uint32_t w,
+                 absl::InlinedVector<uint32_t, N>* out) {
+  const double prune2 = radius * radius * kSquaredPruneSlack;
+  bool fits = true;
+  ForLeavesNear(part, p, &prune2, [&](const BvhNode& n) {
+    for (uint32_t k = 0; k < n.Count(); ++k) {
+      const auto& t = part.mesh().triangles()[n.index + k];
+      const bool has_v = t[0] == v || t[1] == v || t[2] == v;
+      const bool has_w = t[0] == w || t[1] == w || t[2] == w;
+      if (!has_v || !has_w) continue;
+      if (out->size() == N) {
+        fits = false;
+        return true;
+      }
+      out->push_back(n.index + k);
+    }
+    return false;
+  });
+  return fits;
+}
+
+// Unit normal of triangle `tri` (zero for a degenerate one).
+Vec3 UnitNormal(const TriangleMesh& m, uint32_t tri) {
+  const auto& t = m.triangles()[tri];
+  const auto& v = m.vertices();
+  const Vec3 n = (v[t[1]] - v[t[0]]).cross(v[t[2]] - v[t[0]]);
+  const double len = n.norm();
+  return len > 0.0 ? Vec3(n / len) : Vec3::Zero();
+}
+
+// Angle-weighted normal of the triangles `fan` about vertex v, or nullopt unless they form one
+// closed fan (each edge out of v used once each way, one cycle through all of them): at a
+// pinched vertex the pseudo-normal does not tell the side.
+std::optional<Vec3> VertexPseudoNormal(const TriangleMesh& m, uint32_t v,
+                                       std::span<const uint32_t> fan) {
+  absl::InlinedVector<std::pair<uint32_t, uint32_t>, 16> next;  // (a, b): triangle v -> a -> b
+  Vec3 sum = Vec3::Zero();
+  for (uint32_t tri : fan) {
+    const auto& t = m.triangles()[tri];
+    const int i = t[0] == v ? 0 : t[1] == v ? 1 : 2;
+    const uint32_t a = t[(i + 1) % 3], b = t[(i + 2) % 3];
+    next.push_back({a, b});
+    const Vec3 e1 = m.vertices()[a] - m.vertices()[v], e2 = m.vertices()[b] - m.vertices()[v];
+    const Vec3 cross = e1.cross(e2);
+    const double len = cross.norm();
+    if (!(len > 0.0)) return std::nullopt;
+    sum += std::atan2(len, e1.dot(e2)) * (cross / len);
+  }
+  // Follow a -> b from the first triangle: one cycle through every triangle of the fan.
+  uint32_t at = next.front().first;
+  for (std::size_t step = 0; step < next.size(); ++step) {
+    auto it = std::find_if(next.begin(), next.end(), [&](const auto& e) { return e.first == at; });
+    if (it == next.end()) return std::nullopt;
+    at = it->second;
+    if (at == next.front().first && step + 1 != next.size()) return std::nullopt;
+  }
+  if (at != next.front().first) return std::nullopt;
+  return sum;
+}
+
+}  // namespace
+
+// For a closed oriented (manifold-edged) mesh, p lies outside exactly when (p - c) points along
+// the angle-weighted pseudo-normal of the feature holding its closest point c: the face normal,
+// the sum of the two face normals at an edge, the angle-weighted sum at a vertex (Bærentzen and
+// Aanæs, IEEE TVCG 2005). The sign is used only when it is clear (|cos| >= 1e-3); a closest
+// point near an edge but inside a face gets the edge's normal, which gives the same sign.
+std::optional<bool> InsideFromClosestFace(const Part& q, const Vec3& p,
+                                          const PointDistanceResult& d) {
+  constexpr double kInteriorMargin = 1e-6;  // barycentric coordinates this far from an edge
+  constexpr double kClearCosine = 1e-3;
+  const TriangleMesh& m = q.mesh();
+  const auto& t = m.triangles()[d.triangle];
+  const auto& v = m.vertices();
+  const Vec3 n = (v[t[1]] - v[t[0]]).cross(v[t[2]] - v[t[0]]);
+  const double nn = n.squaredNorm();
+  if (!(nn > 0.0) || !(d.distance > 0.0) || !m.IsClosed()) return std::nullopt;
+  const Vec3 to_p = p - d.p_PC;
+  auto side = [&](const Vec3& normal) -> std::optional<bool> {
+    const double s = to_p.dot(normal);
+    if (!(std::abs(s) >= kClearCosine * to_p.norm() * normal.norm())) return std::nullopt;
+    return s < 0.0;
+  };
+  int near_edge = -1;  // the vertex opposite the edge the closest point lies on
+  int near_edges = 0;
+  for (int i = 0; i < 3; ++i) {
+    const Vec3 sub = (v[t[(i + 1) % 3]] - d.p_PC).cross(v[t[(i + 2) % 3]] - d.p_PC);
+    if (!(sub.dot(n) > kInteriorMargin * nn)) {
+      near_edge = i;
+      ++near_edges;
+    }
+  }
+  if (near_edges == 0) {
+    // p - closest is along the normal when the closest point is inside the face; anything
+    // else is rounding trouble, left to the rays.
+    const double s = to_p.dot(n) / std::sqrt(nn);
+    if (!(std::abs(s) >= 0.999 * d.distance)) return std::nullopt;
+    return s < 0.0;
+  }
+  // The triangles sharing the feature are within the closest distance of p (up to rounding).
+  const double longest =
+      std::sqrt(std::max({(v[t[1]] - v[t[0]]).squaredNorm(), (v[t[2]] - v[t[1]]).squaredNorm(),
+                          (v[t[0]] - v[t[2]]).squaredNorm()}));
+  const double radius = d.distance * (1.0 + 1e-6) + 1e-9 * longest;
+  for (int i = 0; i < 3; ++i) {
+    if (d.p_PC != v[t[i]]) continue;
+    absl::InlinedVector<uint32_t, 16> fan;
+    if (!TrianglesAt(q, p, radius, t[i], t[i], &fan)) return std::nullopt;
+    const std::optional<Vec3> normal = VertexPseudoNormal(m, t[i], fan);
+    return normal ? side(*normal) : std::nullopt;
+  }
+  if (near_edges != 1) return std::nullopt;
+  const uint32_t a = t[(near_edge + 1) % 3], b = t[(near_edge + 2) % 3];
+  absl::InlinedVector<uint32_t, 2> pair;
+  if (!TrianglesAt(q, p, radius, a, b, &pair) || pair.size() != 2) return std::nullopt;
+  return side(UnitNormal(m, pair[0]) + UnitNormal(m, pair[1]));
 }
 
 Containment FindContainment(const Part& a, const RigidTransform& X_WA, const Part& b,

@@ -20,6 +20,8 @@
 //         down to τ/2 (a point at distance s from the segment is at most s deep, so nearer
 //         points cannot decide the class) and at most 20 of them: the neighbourhood of every
 //         crossing at every scale from the triangle's size down to τ, however the lattice falls.
+//     Candidates within 1e-12 of the coordinates' magnitude of the other surface (the
+//     rounding noise of coincident faces) count as on it, not inside.
 //     Each side is capped at max_depth_samples candidates by deterministic stride
 //     subsampling. depth > τ gives kHard, otherwise kContact (surfaces touching or crossing
 //     by at most τ, as tessellations of touching B-reps do). When a part is not closed, or
@@ -39,8 +41,9 @@
 // collection is truncated, crossings beyond max_witness_pairs contribute through vertices alone.
 //
 // Cost: steps 2 and 3 are the queries of query.h. Step 1 adds, for crossing pairs only, at
-// most one ClosestPoint per candidate inside the other part's box and one ContainsPoint per
-// candidate that would deepen the estimate when its closest face cannot tell. Candidates that
+// most one ClosestPoint per candidate inside the other part's box, and for a candidate that
+// would deepen the estimate one inside test by the pseudo-normal of its closest feature
+// (ContainsPoint only when that cannot tell). Candidates that
 // cannot be deeper than the best so far are skipped without a search: those whose distance
 // bound (a point beside a crossing is at most its distance from the intersection segment
 // away; a point near an already searched one at most that one's distance plus their

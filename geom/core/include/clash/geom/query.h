@@ -127,10 +127,13 @@ struct PointDistanceResult {
     double upper_bound = std::numeric_limits<double>::infinity());
 
 /// Whether p_PQ (part frame) lies inside the closed part, decided from `closest`, its
-/// ClosestPoint, when that point lies inside a face: the open ball about p through it holds no
-/// surface and the face is tangent to the ball there, so p is on the side the face's outward
-/// normal says. nullopt when the closest point is on (or within 1e-6 barycentric of) an edge or
-/// vertex, when p is on the surface, or for rounding trouble: then ContainsPoint decides.
+/// ClosestPoint: p is outside exactly when p - closest points along the angle-weighted
+/// pseudo-normal of the feature holding the closest point (Bærentzen and Aanæs 2005): the
+/// face's normal, at an edge the sum of its two faces' normals, at a vertex the sum of its
+/// faces' normals weighted by their angles there (the faces are found by a search within the
+/// closest distance). nullopt when p is on the surface, at a vertex whose faces do not form one
+/// fan (a pinched vertex), when the sign is not clear (|cos| < 1e-3), or for rounding trouble:
+/// then ContainsPoint decides.
 [[nodiscard]] std::optional<bool> InsideFromClosestFace(const Part& part, const Vec3& p_PQ,
                                                         const PointDistanceResult& closest);
 
