@@ -47,6 +47,7 @@
 #include "convert.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "parallel.h"
 #include "part_store.h"
 #include "query_engine.h"
 #include "scene.h"
@@ -332,8 +333,10 @@ class World {
   [[nodiscard]] std::set<uint64_t> FclMove(int k);
   // In-process queries, holding the scene's mutex as the server does (the request's scene_id,
   // the served scene's, is not read).
+  // In process, classifying pairs on a helper thread too, as clashd does on its default two
+  // query slots when the other is idle; `one_thread`: on the calling thread only.
   [[nodiscard]] absl::StatusOr<v1::InterferenceResponse> LocalInterference(
-      const v1::InterferenceRequest& request) const;
+      const v1::InterferenceRequest& request, bool one_thread = false) const;
   [[nodiscard]] absl::StatusOr<v1::PickResponse> LocalPick(const v1::PickRequest& request) const;
   // A stored move and the check of the moved instance, through gRPC and in process.
   [[nodiscard]] absl::StatusOr<v1::InterferenceResponse> GrpcStoredMove(const v1::Pose& pose,
@@ -346,6 +349,8 @@ class World {
   std::string tmp_;
   std::string assembly_file_;
   std::unique_ptr<server::ClashServer> server_;
+  std::unique_ptr<server::QueryHelpers> local_helpers_ =
+      std::make_unique<server::QueryHelpers>(1, nullptr);
   std::unique_ptr<client::Client> client_;
   std::string scene_id_;
   std::size_t assembly_instances_ = 0;
@@ -489,9 +494,10 @@ absl::Status World::Tile(const std::string& assembly_id) {
 }
 
 absl::StatusOr<v1::InterferenceResponse> World::LocalInterference(
-    const v1::InterferenceRequest& request) const {
+    const v1::InterferenceRequest& request, bool one_thread) const {
   std::shared_lock lock(scene_->mu);
-  return server::RunInterference(*scene_, request, nullptr);
+  return server::RunInterference(*scene_, request, nullptr,
+                                 one_thread ? nullptr : local_helpers_.get());
 }
 
 absl::StatusOr<v1::PickResponse> World::LocalPick(const v1::PickRequest& request) const {
@@ -838,6 +844,14 @@ void World::Register() {
       [this](int64_t i) { return client_->CheckInterference(move_requests_[i % kMovePoses]); },
       [this](int64_t i) { return LocalInterference(move_requests_[i % kMovePoses]); },
       [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
+  add("BM_MoveCheck/one-thread", [this](benchmark::State& state) {
+    TimedLoop(
+        state, "BM_MoveCheck/one-thread",
+        [&](int64_t i) { return LocalInterference(move_requests_[i % kMovePoses], true); },
+        [&](int64_t i, const auto& got) {
+          return Expect("MoveCheck", got, move_keys_[i % kMovePoses]);
+        });
+  });
   add("BM_MoveCheck/fcl", [this](benchmark::State& state) {
     TimedLoop(
         state, "BM_MoveCheck/fcl", [&](int64_t i) { return FclMove(i % kMovePoses); },
@@ -932,6 +946,10 @@ void PrintTable() {
     std::fprintf(stderr, "| %s | %s | %s | %s | %s |\n", row.label,
                  Cell(base + "grpc", true).c_str(), Cell(base + "in-process", true).c_str(),
                  overhead.c_str(), Cell(base + "fcl", true).c_str());
+  }
+  if (Results().contains("BM_MoveCheck/one-thread")) {
+    std::fprintf(stderr, "move-and-check in process on one thread: p50 / p99 %s us\n",
+                 Cell("BM_MoveCheck/one-thread", true).c_str());
   }
   if (Results().contains("BM_GetScene/grpc-stub")) {
     std::fprintf(stderr, "GetScene on a bare generated stub: p50 / p99 %s us\n",

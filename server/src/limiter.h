@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -34,6 +35,9 @@ class WorkLimiter {
   /// A slot, waiting in the queue while `stop` stays OK. RESOURCE_EXHAUSTED when every slot is
   /// busy and the queue is full; `stop`'s status when it fires while waiting.
   [[nodiscard]] absl::StatusOr<Permit> Acquire(const std::function<absl::Status()>& stop);
+
+  /// A slot when one is free and nobody waits for one; nullopt otherwise (never waits).
+  [[nodiscard]] std::optional<Permit> TryAcquire();
 
   [[nodiscard]] int running() const;
   [[nodiscard]] int waiting() const;

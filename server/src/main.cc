@@ -28,6 +28,11 @@ int main(int argc, char** argv) {
   app.add_option("--query-queue", config.query_queue, "Queries waiting beyond the slots")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
+  app.add_option("--query-helpers", config.query_helpers,
+                 "Helper threads that let an interference query use idle query slots (0: none, "
+                 "-1: query slots - 1)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1024));
   app.add_option("--import-slots", config.import_slots, "Import worker processes at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

@@ -1,8 +1,10 @@
 #include "query_engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -18,6 +20,7 @@
 #include "clash/geom/query.h"
 #include "clash/geom/status_macros.h"
 #include "convert.h"
+#include "parallel.h"
 
 namespace clash::server {
 namespace {
@@ -334,7 +337,8 @@ absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(
 
 absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
                                                          const v1::InterferenceRequest& request,
-                                                         const StopCheck& stop) {
+                                                         const StopCheck& stop,
+                                                         QueryHelpers* helpers) {
   const v1::Tolerances& tol = request.tolerances();
   CLASH_RETURN_IF_ERROR(ValidateTolerances(tol));
   if (request.page_size() < 0) return absl::InvalidArgumentError("page_size must be >= 0");
@@ -373,44 +377,90 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     involved.insert(in_b.ids.begin(), in_b.ids.end());
     summary->set_instances(involved.size());
   }
-  std::vector<v1::Clash> clashes;
+  // The pairs to answer, from the pair cache where it has them.
+  struct Job {
+    const InstanceRec* ra;
+    const InstanceRec* rb;
+    Posed a, b;
+    geom::PairTolerances tol;
+    bool cacheable = false;
+    bool cached = false;
+    geom::PairClassification pc;
+  };
+  std::vector<Job> jobs;
+  std::vector<std::size_t> to_classify;
   int since_stop = 0;
   for (const auto& [ra, rb] : candidates) {
     if (++since_stop == kStopEvery) {
       since_stop = 0;
       if (stop) CLASH_RETURN_IF_ERROR(stop());
     }
-    const Posed a = posed.Get(*ra);
-    const Posed b = posed.Get(*rb);
-    geom::PairTolerances pt;
-    pt.contact_mm = PairTolerance(tol, *ra, *rb);
-    pt.clearance_mm = tol.clearance_mm();
-    if (!a.box.Inflated(std::max(pt.contact_mm, pt.clearance_mm)).Overlaps(b.box)) continue;
+    Job job{ra, rb, posed.Get(*ra), posed.Get(*rb), {}, false, false, {}};
+    job.tol.contact_mm = PairTolerance(tol, *ra, *rb);
+    job.tol.clearance_mm = tol.clearance_mm();
+    const double grow = std::max(job.tol.contact_mm, job.tol.clearance_mm);
+    if (!job.a.box.Inflated(grow).Overlaps(job.b.box)) continue;
     summary->set_candidate_pairs(summary->candidate_pairs() + 1);
-    geom::PairClassification pc;
-    bool cached = false;
-    const bool cacheable = !a.overridden && !b.overridden;
-    if (cacheable) {
+    job.cacheable = !job.a.overridden && !job.b.overridden;
+    if (job.cacheable) {
       std::lock_guard lock(scene.cache_mu);
       auto it = scene.pair_cache.find({ra->id, rb->id});
       if (it != scene.pair_cache.end() && it->second.pose_version_a == ra->pose_version &&
-          it->second.pose_version_b == rb->pose_version && it->second.contact_mm == pt.contact_mm &&
-          it->second.clearance_mm == pt.clearance_mm) {
-        pc = it->second.result;
-        cached = true;
+          it->second.pose_version_b == rb->pose_version &&
+          it->second.contact_mm == job.tol.contact_mm &&
+          it->second.clearance_mm == job.tol.clearance_mm) {
+        job.pc = it->second.result;
+        job.cached = true;
+        summary->set_cached_pairs(summary->cached_pairs() + 1);
       }
     }
-    if (!cached) {
-      pc = geom::ClassifyPair(*ra->part->geom, a.X_WP, *rb->part->geom, b.X_WP, pt);
-      if (cacheable) {
-        std::lock_guard lock(scene.cache_mu);
-        if (scene.pair_cache.size() > 4'000'000) scene.pair_cache.clear();
-        scene.pair_cache[{ra->id, rb->id}] =
-            CachedPair{ra->pose_version, rb->pose_version, pt.contact_mm, pt.clearance_mm, pc};
+    if (!job.cached) to_classify.push_back(jobs.size());
+    jobs.push_back(std::move(job));
+  }
+  // The narrow phase, on helpers too when given. A stop (deadline, cancellation) ends the
+  // claiming of further pairs; the first stop status is the answer.
+  {
+    std::atomic<bool> stopped{false};
+    std::mutex stop_mu;
+    absl::Status stop_status;
+    auto classify = [&](std::size_t k) {
+      if (stopped.load(std::memory_order_relaxed)) return;
+      if (stop) {
+        absl::Status st = stop();
+        if (!st.ok()) {
+          std::lock_guard lock(stop_mu);
+          if (stop_status.ok()) stop_status = std::move(st);
+          stopped = true;
+          return;
+        }
       }
+      Job& j = jobs[to_classify[k]];
+      j.pc = geom::ClassifyPair(*j.ra->part->geom, j.a.X_WP, *j.rb->part->geom, j.b.X_WP, j.tol);
+    };
+    if (helpers != nullptr) {
+      helpers->ForEach(to_classify.size(), classify);
     } else {
-      summary->set_cached_pairs(summary->cached_pairs() + 1);
+      for (std::size_t k = 0; k < to_classify.size(); ++k) classify(k);
     }
+    if (!stop_status.ok()) return stop_status;
+  }
+  if (!to_classify.empty()) {
+    std::lock_guard lock(scene.cache_mu);
+    for (std::size_t k : to_classify) {
+      const Job& j = jobs[k];
+      if (!j.cacheable) continue;
+      if (scene.pair_cache.size() > 4'000'000) scene.pair_cache.clear();
+      scene.pair_cache[{j.ra->id, j.rb->id}] = CachedPair{
+          j.ra->pose_version, j.rb->pose_version, j.tol.contact_mm, j.tol.clearance_mm, j.pc};
+    }
+  }
+
+  std::vector<v1::Clash> clashes;
+  for (const Job& j : jobs) {
+    const InstanceRec* ra = j.ra;
+    const InstanceRec* rb = j.rb;
+    const geom::PairTolerances& pt = j.tol;
+    const geom::PairClassification& pc = j.pc;
     if (pc.cls == geom::ClashClass::kClear) continue;
 
     v1::Clash c;

@@ -12,6 +12,10 @@
 #include "scene.h"
 
 namespace clash::server {
+class QueryHelpers;
+}
+
+namespace clash::server {
 
 /// Polled during long work: a non-OK status (CANCELLED, DEADLINE_EXCEEDED) stops the query,
 /// which returns that status.
@@ -49,8 +53,11 @@ struct AllowRule {
     const Scene& scene, const google::protobuf::RepeatedPtrField<v1::AllowedInterference>& in,
     std::vector<AllowRule>* out);
 
+/// Interference over a scene. The candidate pairs are classified through `helpers` when given
+/// (on idle query slots too), else on this thread; the answer is the same either way.
 [[nodiscard]] absl::StatusOr<v1::InterferenceResponse> RunInterference(
-    const Scene& scene, const v1::InterferenceRequest& request, const StopCheck& stop);
+    const Scene& scene, const v1::InterferenceRequest& request, const StopCheck& stop,
+    QueryHelpers* helpers = nullptr);
 
 [[nodiscard]] absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
                                                                const v1::DistanceRequest& request,

@@ -34,6 +34,7 @@
 #include "limiter.h"
 #include "log.h"
 #include "metrics.h"
+#include "parallel.h"
 #include "part_store.h"
 #include "query_engine.h"
 #include "scene.h"
@@ -159,6 +160,7 @@ struct ClashServer::Impl {
   explicit Impl(const ServerConfig& c)
       : config(c),
         query_limiter("query", c.query_slots, c.query_queue),
+        query_helpers(c.query_helpers < 0 ? c.query_slots - 1 : c.query_helpers, &query_limiter),
         import_limiter("import", c.import_slots, c.import_queue),
         parts_service(this),
         scenes_service(this),
@@ -469,7 +471,8 @@ struct ClashServer::Impl {
       return impl_->Serve(ctx, "CheckInterference", [&](Tenant& t) {
         return impl_->RunQuery(
             t, ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
-              CLASH_ASSIGN_OR_RETURN(*response, RunInterference(scene, *request, stop));
+              CLASH_ASSIGN_OR_RETURN(*response,
+                                     RunInterference(scene, *request, stop, &impl_->query_helpers));
               return absl::OkStatus();
             });
       });
@@ -563,6 +566,7 @@ struct ClashServer::Impl {
   std::optional<TenantRegistry> tenants;
   Metrics metrics;
   WorkLimiter query_limiter;
+  QueryHelpers query_helpers;  // after query_limiter: joined before it goes
   WorkLimiter import_limiter;
   PartsService parts_service;
   ScenesService scenes_service;
@@ -895,6 +899,9 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                          [raw] { return raw->query_limiter.running(); });
   impl->metrics.AddGauge("clashd_query_waiting", "Queries waiting for a slot.",
                          [raw] { return raw->query_limiter.waiting(); });
+  impl->metrics.AddGauge("clashd_query_helped_pairs",
+                         "Pairs classified on idle query slots since the start.",
+                         [raw] { return static_cast<double>(raw->query_helpers.helped()); });
   impl->metrics.AddGauge("clashd_import_running", "Imports (worker processes) running.",
                          [raw] { return raw->import_limiter.running(); });
   impl->metrics.AddGauge("clashd_import_waiting", "Imports waiting for a slot.",

@@ -26,6 +26,7 @@
 #include "clash/geom/interference.h"
 #include "clash/geom/query.h"
 #include "convert.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
 #include "limiter.h"
 #include "testing/random_geometry.h"
@@ -623,6 +624,58 @@ TEST_F(ServerTest, SceneQueriesMatchBruteForceOverAllPairs) {
     }
   }
   EXPECT_GT(hits, 0);
+}
+
+// Interference classified on helper threads (idle query slots) and on the calling thread
+// alone: the same answer, field for field, for a crowded scene and for a what-if pose.
+TEST_F(ServerTest, HelpersGiveTheSameAnswerAsOneThread) {
+  std::mt19937 rng = testing::SeededRng(11);
+  const std::vector<RawMesh> meshes = {MakeBox(Vec3(3, 2, 1)), testing::MakeCylinder(1.5, 5, 24),
+                                       testing::MakeSubdividedBox(Vec3(2, 2, 2), 3)};
+  std::vector<std::string> part_ids;
+  for (std::size_t i = 0; i < meshes.size(); ++i) {
+    part_ids.push_back(Upload(meshes[i], "m" + std::to_string(i)));
+  }
+  const std::string scene = NewScene();
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < testing::Trials(80, 30); ++i) {
+    ids.push_back(Place(scene, part_ids[rng() % meshes.size()],
+                        FromPose(ToPose(testing::RandomPose(rng, 12))), "i" + std::to_string(i)));
+  }
+  v1::InterferenceRequest all;
+  all.set_scene_id(scene);
+  all.mutable_tolerances()->set_contact_tolerance_mm(0.05);
+  all.mutable_tolerances()->set_clearance_mm(0.5);
+  v1::InterferenceRequest what_if = all;
+  v1::PoseUpdate* u = what_if.add_pose_overrides();
+  u->set_instance_id(ids[0]);
+  *u->mutable_pose() = ToPose(testing::RandomPose(rng, 5));
+  what_if.mutable_set_a()->add_instance_ids(ids[0]);
+  what_if.mutable_set_b();
+  auto answers = [&] {
+    std::vector<v1::InterferenceResponse> out;
+    for (const v1::InterferenceRequest* r : {&all, &what_if}) {
+      auto got = client_->CheckInterference(*r);
+      EXPECT_THAT(got.status(), IsOk());
+      out.push_back(got.ok() ? *got : v1::InterferenceResponse());
+    }
+    return out;
+  };
+  // Both answers from the scene as read back from disk (the stored poses), on fresh caches.
+  Restart();
+  const std::vector<v1::InterferenceResponse> helped = answers();
+  ServerConfig one_thread;
+  one_thread.query_helpers = 0;
+  Restart(one_thread);
+  const std::vector<v1::InterferenceResponse> alone = answers();
+  ASSERT_EQ(helped.size(), alone.size());
+  for (std::size_t k = 0; k < helped.size(); ++k) {
+    EXPECT_GE(helped[k].clashes_size(), 2) << "query " << k;  // pairs to share
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(helped[k], alone[k]))
+        << "query " << k << "\nhelped:\n"
+        << helped[k].DebugString() << "\nalone:\n"
+        << alone[k].DebugString();
+  }
 }
 
 TEST_F(ServerTest, PagesFollowTheSceneVersion) {

@@ -1,0 +1,129 @@
+// QueryHelpers: every item runs once, helpers join only on idle slots, and leave when a query
+// waits for one. Waits are on conditions with a generous timeout that only a bug reaches.
+#include "parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "limiter.h"
+
+namespace clash::server {
+namespace {
+
+constexpr auto kBugTimeout = std::chrono::seconds(20);
+
+// Waits until pred() holds; false after kBugTimeout.
+template <class Pred>
+bool WaitFor(Pred&& pred) {
+  const auto end = std::chrono::steady_clock::now() + kBugTimeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+TEST(QueryHelpers, RunsEveryItemOnceAndOnlyThenReturns) {
+  QueryHelpers helpers(3, nullptr);
+  for (std::size_t n : {0u, 1u, 2u, 7u, 1000u}) {
+    std::vector<std::atomic<int>> runs(n);
+    std::atomic<std::size_t> finished{0};
+    helpers.ForEach(n, [&](std::size_t i) {
+      runs[i].fetch_add(1);
+      finished.fetch_add(1);
+    });
+    EXPECT_EQ(finished.load(), n);
+    for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(runs[i].load(), 1) << "n " << n << " i " << i;
+  }
+}
+
+// The calling thread's first item waits until another thread has run an item: a helper must
+// join while the caller is busy.
+TEST(QueryHelpers, HelpersJoinWhileTheCallerWorks) {
+  WorkLimiter limiter("test", 2, 4);
+  auto own = limiter.Acquire({});  // the query's own slot
+  ASSERT_TRUE(own.ok());
+  QueryHelpers helpers(1, &limiter);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> helped{false};
+  std::mutex mu;
+  std::set<std::thread::id> threads;
+  helpers.ForEach(50, [&](std::size_t i) {
+    {
+      std::lock_guard lock(mu);
+      threads.insert(std::this_thread::get_id());
+    }
+    if (std::this_thread::get_id() != caller) helped = true;
+    if (i == 0) {
+      EXPECT_TRUE(WaitFor([&] { return helped.load(); })) << "no helper joined";
+    }
+  });
+  EXPECT_EQ(threads.size(), 2u);
+  EXPECT_GT(helpers.helped(), 0u);
+  // The helper gives its slot back once its last item has returned.
+  EXPECT_TRUE(WaitFor([&] { return limiter.running() == 1; }));
+}
+
+// Every slot busy: helpers stay away and the caller runs every item.
+TEST(QueryHelpers, NoIdleSlotMeansNoHelp) {
+  WorkLimiter limiter("test", 1, 4);
+  auto own = limiter.Acquire({});
+  ASSERT_TRUE(own.ok());
+  QueryHelpers helpers(2, &limiter);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> elsewhere{0};
+  for (int round = 0; round < 20; ++round) {
+    helpers.ForEach(20, [&](std::size_t) {
+      if (std::this_thread::get_id() != caller) ++elsewhere;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    });
+  }
+  EXPECT_EQ(elsewhere.load(), 0);
+  EXPECT_EQ(helpers.helped(), 0u);
+  EXPECT_FALSE(limiter.TryAcquire().has_value());
+}
+
+// A query that waits for a slot gets the helper's: the helper leaves after its item, and the
+// caller finishes the batch alone.
+TEST(QueryHelpers, AHelperLeavesWhenAQueryWaits) {
+  WorkLimiter limiter("test", 2, 4);
+  auto own = limiter.Acquire({});
+  ASSERT_TRUE(own.ok());
+  QueryHelpers helpers(1, &limiter);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> waiter_has_slot{false};
+  std::optional<std::thread> waiter;
+  std::atomic<int> on_helper{0};
+  helpers.ForEach(30, [&](std::size_t i) {
+    if (std::this_thread::get_id() != caller) {
+      // The helper's first item: another query arrives and waits for a slot meanwhile.
+      if (on_helper.fetch_add(1) == 0) {
+        waiter.emplace([&] {
+          auto p = limiter.Acquire({});
+          waiter_has_slot = p.ok();
+        });
+        EXPECT_TRUE(WaitFor([&] { return limiter.waiting() == 1; }));
+      }
+      return;
+    }
+    if (i == 0) {
+      EXPECT_TRUE(WaitFor([&] { return waiter_has_slot.load(); })) << "the helper kept its slot";
+    }
+  });
+  ASSERT_TRUE(waiter.has_value());
+  waiter->join();
+  EXPECT_TRUE(waiter_has_slot);
+  EXPECT_EQ(on_helper.load(), 1);
+  EXPECT_EQ(helpers.helped(), 1u);
+}
+
+}  // namespace
+}  // namespace clash::server
