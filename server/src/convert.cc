@@ -74,6 +74,13 @@ void ToProto(const geom::RigidTransform& X, v1::Pose* out) {
   pq->set_z(q.z());
 }
 
+void ToProtoExact(const geom::RigidTransform& X, v1::Pose* out) {
+  ToProto(X.t, out->mutable_translation_mm());
+  v1::RotationMatrix* m = out->mutable_matrix();
+  m->clear_rows();
+  for (int i = 0; i < 9; ++i) m->add_rows(X.R(i / 3, i % 3));
+}
+
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return {static_cast<grpc::StatusCode>(status.code()), std::string(status.message())};

@@ -22,6 +22,9 @@ void ToProto(const geom::Aabb& box, v1::Box3* out);
                                                                  std::string_view what);
 /// A wire pose (translation + unit quaternion with w >= 0).
 void ToProto(const geom::RigidTransform& X, v1::Pose* out);
+/// The pose with its rotation as the matrix itself: PoseFromProto reads back the very same
+/// transform, bit for bit (a quaternion round trip changes the last bits). For storage.
+void ToProtoExact(const geom::RigidTransform& X, v1::Pose* out);
 
 /// The gRPC status of an absl status (same code and message).
 [[nodiscard]] grpc::Status ToGrpc(const absl::Status& status);

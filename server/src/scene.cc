@@ -241,7 +241,7 @@ absl::Status SceneStore::Commit(Scene& scene) {
     si->set_part_id(rec.part->info.part_id());
     si->set_path(rec.path);
     si->set_name(rec.name);
-    server::ToProto(rec.X_WP, si->mutable_pose());
+    server::ToProtoExact(rec.X_WP, si->mutable_pose());  // read back bit for bit
     si->set_enabled(rec.enabled);
     for (const std::string& g : rec.groups) si->add_groups(g);
   }
