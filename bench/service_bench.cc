@@ -318,7 +318,8 @@ bool FclNarrowPhase(fcl::CollisionObjectd* o1, fcl::CollisionObjectd* o2, void* 
 class World {
  public:
   /// tiles = 0: enough tiles for kMinInstances.
-  explicit World(int tiles) : tiles_(tiles) {}
+  // server_helpers: clashd's --query-helpers (-1: its default).
+  World(int tiles, int server_helpers) : tiles_(tiles), server_helpers_(server_helpers) {}
   ~World() { Stop(); }
 
   [[nodiscard]] absl::Status Build();
@@ -337,7 +338,8 @@ class World {
   // query slots when the other is idle; `one_thread`: on the calling thread only.
   [[nodiscard]] absl::StatusOr<v1::InterferenceResponse> LocalInterference(
       const v1::InterferenceRequest& request, bool one_thread = false) const;
-  [[nodiscard]] absl::StatusOr<v1::PickResponse> LocalPick(const v1::PickRequest& request) const;
+  [[nodiscard]] absl::StatusOr<v1::PickResponse> LocalPick(const v1::PickRequest& request,
+                                                           bool one_thread = false) const;
   // A stored move and the check of the moved instance, through gRPC and in process.
   [[nodiscard]] absl::StatusOr<v1::InterferenceResponse> GrpcStoredMove(const v1::Pose& pose,
                                                                         double* write_us);
@@ -355,6 +357,7 @@ class World {
   std::string scene_id_;
   std::size_t assembly_instances_ = 0;
   int tiles_ = 0;
+  int server_helpers_ = -1;
 
   std::unique_ptr<server::PartStore> parts_;
   std::unique_ptr<server::SceneStore> scenes_;
@@ -365,6 +368,7 @@ class World {
   double pair_tolerance_mm_ = 0;
   std::atomic<uint64_t> fresh_counter_{0};
   v1::PickRequest pick_request_;
+  v1::PickRequest pick_batch_request_;  // 16 x 16 rays straight down over tile 0
   uint64_t moved_ = 0;
   RigidTransform moved_X_WP_;
   std::vector<v1::Pose> move_poses_;
@@ -376,6 +380,7 @@ class World {
   std::string pair_key_;
   std::string pair_fresh_key_;
   std::string pick_key_;
+  std::string pick_batch_key_;
   std::vector<std::string> move_keys_;
   std::vector<std::set<uint64_t>> fcl_keys_;
   std::size_t move_clashes_ = 0;
@@ -404,6 +409,7 @@ absl::Status World::Build() {
   config.metrics_listen = "";
   config.quiet = true;
   config.worker_path = CLASH_CAD_WORKER_PATH;
+  config.query_helpers = server_helpers_;
   CLASH_ASSIGN_OR_RETURN(server_, server::ClashServer::Start(config));
   client::ClientOptions options;
   options.target = absl::StrCat("127.0.0.1:", server_->port());
@@ -500,9 +506,11 @@ absl::StatusOr<v1::InterferenceResponse> World::LocalInterference(
                                  one_thread ? nullptr : local_helpers_.get());
 }
 
-absl::StatusOr<v1::PickResponse> World::LocalPick(const v1::PickRequest& request) const {
+absl::StatusOr<v1::PickResponse> World::LocalPick(const v1::PickRequest& request,
+                                                  bool one_thread) const {
   std::shared_lock lock(scene_->mu);
-  return server::RunPick(*scene_, request, nullptr);
+  return server::RunPick(*scene_, request, nullptr, {},
+                         one_thread ? nullptr : local_helpers_.get());
 }
 
 v1::InterferenceRequest World::FreshPairRequest() {
@@ -589,6 +597,26 @@ absl::Status World::ChooseWorkloads() {
   stored_request_.set_scene_id(scene_id_);
   stored_request_.mutable_set_a()->add_instance_ids(moved_);
   stored_request_.mutable_set_b();
+
+  // A batch: 16 x 16 rays straight down over the box of tile 0 (a plugin's preview grid).
+  {
+    Aabb first_tile;
+    for (const auto& [id, rec] : scene_->instances) {
+      if (absl::StartsWith(rec.path, "tile0/")) first_tile.Add(rec.world_box);
+    }
+    pick_batch_request_.set_scene_id(scene_id_);
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 16; ++j) {
+        v1::Ray* ray = pick_batch_request_.add_rays();
+        const Vec3 at(
+            first_tile.min.x() + (i + 0.5) / 16 * (first_tile.max.x() - first_tile.min.x()),
+            first_tile.min.y() + (j + 0.5) / 16 * (first_tile.max.y() - first_tile.min.y()),
+            first_tile.max.z() + 10);
+        server::ToProto(at, ray->mutable_origin_mm());
+        server::ToProto(Vec3(0, 0, -1), ray->mutable_direction());
+      }
+    }
+  }
 
   // The ray: straight down onto the centre of the pair's first instance (tile 0, away from the
   // moved one); the next instances of tile 0 when that misses.
@@ -716,6 +744,19 @@ absl::Status World::Check() {
     CLASH_ASSIGN_OR_RETURN(v1::PickResponse local, LocalPick(pick_request_));
     CLASH_RETURN_IF_ERROR(SameAnswer("pick", grpc, local));
     pick_key_ = Key(grpc);
+    CLASH_ASSIGN_OR_RETURN(grpc, client_->PickRays(pick_batch_request_));
+    CLASH_ASSIGN_OR_RETURN(local, LocalPick(pick_batch_request_));
+    CLASH_RETURN_IF_ERROR(SameAnswer("pick batch", grpc, local));
+    CLASH_ASSIGN_OR_RETURN(v1::PickResponse alone, LocalPick(pick_batch_request_, true));
+    CLASH_RETURN_IF_ERROR(SameAnswer("pick batch, one thread", grpc, alone));
+    pick_batch_key_ = Key(grpc);
+    int hits = 0;
+    for (const v1::PickHit& h : grpc.hits()) hits += h.hit();
+    if (hits < 64) return absl::InternalError("the batch of rays hits fewer than 64 times");
+    std::fprintf(stderr,
+                 "check: pick batch, 256 rays: %d hits, same through gRPC and on one "
+                 "thread\n",
+                 hits);
   }
   // 4. Move-and-check at every pose: gRPC = in process; FCL finds every HARD partner.
   std::size_t hard = 0, contact = 0, fcl_total = 0, fcl_contact = 0, fcl_other = 0;
@@ -838,6 +879,17 @@ void World::Register() {
       "Pick", [this](int64_t) { return client_->PickRays(pick_request_); },
       [this](int64_t) { return LocalPick(pick_request_); },
       [this](int64_t) -> const std::string& { return pick_key_; });
+  // 256 rays in one request.
+  both(
+      "PickBatch", [this](int64_t) { return client_->PickRays(pick_batch_request_); },
+      [this](int64_t) { return LocalPick(pick_batch_request_); },
+      [this](int64_t) -> const std::string& { return pick_batch_key_; });
+  add("BM_PickBatch/one-thread", [this](benchmark::State& state) {
+    TimedLoop(
+        state, "BM_PickBatch/one-thread",
+        [&](int64_t) { return LocalPick(pick_batch_request_, true); },
+        [&](int64_t, const auto& got) { return Expect("PickBatch", got, pick_batch_key_); });
+  });
   // 3. Move one instance (pose override, nothing stored) and check it against the scene.
   both(
       "MoveCheck",
@@ -928,6 +980,7 @@ void PrintTable() {
       {"pair, repeated (pair cache)", "Pair"},
       {"pair, fresh tolerance (narrow phase)", "PairFresh"},
       {"ray pick, 1 ray", "Pick"},
+      {"ray pick, 256 rays", "PickBatch"},
       {"move-and-check (override)", "MoveCheck"},
       {"SetPoses + check (stored)", "StoredMoveCheck"},
   };
@@ -946,6 +999,10 @@ void PrintTable() {
     std::fprintf(stderr, "| %s | %s | %s | %s | %s |\n", row.label,
                  Cell(base + "grpc", true).c_str(), Cell(base + "in-process", true).c_str(),
                  overhead.c_str(), Cell(base + "fcl", true).c_str());
+  }
+  if (Results().contains("BM_PickBatch/one-thread")) {
+    std::fprintf(stderr, "ray pick, 256 rays, in process on one thread: p50 / p99 %s us\n",
+                 Cell("BM_PickBatch/one-thread", true).c_str());
   }
   if (Results().contains("BM_MoveCheck/one-thread")) {
     std::fprintf(stderr, "move-and-check in process on one thread: p50 / p99 %s us\n",
@@ -972,6 +1029,7 @@ int main(int argc, char** argv) {
   bool check_only = false;
   bool min_time = false;
   int tiles = 0;
+  int server_helpers = -1;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--check-only") == 0) {
@@ -980,6 +1038,10 @@ int main(int argc, char** argv) {
     }
     if (std::strncmp(argv[i], "--tiles=", 8) == 0) {
       tiles = std::atoi(argv[i] + 8);
+      continue;
+    }
+    if (std::strncmp(argv[i], "--query-helpers=", 16) == 0) {
+      server_helpers = std::atoi(argv[i] + 16);
       continue;
     }
     min_time |= std::strncmp(argv[i], "--benchmark_min_time", 20) == 0;
@@ -991,7 +1053,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
 
-  clash::bench::World world(tiles);
+  clash::bench::World world(tiles, server_helpers);
   absl::Status st = world.Build();
   if (st.ok()) st = world.Check();
   if (!st.ok()) {

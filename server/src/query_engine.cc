@@ -335,6 +335,48 @@ absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(
   return out;
 }
 
+namespace {
+
+// The stop of a query worked on by several threads: the first non-OK status of the call's
+// stop check, after which no thread claims more work.
+class SharedStop {
+ public:
+  explicit SharedStop(const StopCheck& stop) : stop_(stop) {}
+  // False once the call is to stop (checks it now).
+  bool GoOn() {
+    if (stopped_.load(std::memory_order_relaxed)) return false;
+    if (!stop_) return true;
+    absl::Status st = stop_();
+    if (st.ok()) return true;
+    std::lock_guard lock(mu_);
+    if (status_.ok()) status_ = std::move(st);
+    stopped_ = true;
+    return false;
+  }
+  // The stop status (OK when none fired); read after the work is done.
+  [[nodiscard]] absl::Status status() {
+    std::lock_guard lock(mu_);
+    return status_;
+  }
+
+ private:
+  const StopCheck& stop_;
+  std::atomic<bool> stopped_{false};
+  std::mutex mu_;
+  absl::Status status_;
+};
+
+// fn(i) for every i in [0, n): through `helpers` when given, else on this thread in order.
+void ForEachItem(QueryHelpers* helpers, std::size_t n, const std::function<void(std::size_t)>& fn) {
+  if (helpers != nullptr) {
+    helpers->ForEach(n, fn);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) fn(i);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
                                                          const v1::InterferenceRequest& request,
                                                          const StopCheck& stop,
@@ -420,29 +462,13 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   // The narrow phase, on helpers too when given. A stop (deadline, cancellation) ends the
   // claiming of further pairs; the first stop status is the answer.
   {
-    std::atomic<bool> stopped{false};
-    std::mutex stop_mu;
-    absl::Status stop_status;
-    auto classify = [&](std::size_t k) {
-      if (stopped.load(std::memory_order_relaxed)) return;
-      if (stop) {
-        absl::Status st = stop();
-        if (!st.ok()) {
-          std::lock_guard lock(stop_mu);
-          if (stop_status.ok()) stop_status = std::move(st);
-          stopped = true;
-          return;
-        }
-      }
+    SharedStop shared_stop(stop);
+    ForEachItem(helpers, to_classify.size(), [&](std::size_t k) {
+      if (!shared_stop.GoOn()) return;
       Job& j = jobs[to_classify[k]];
       j.pc = geom::ClassifyPair(*j.ra->part->geom, j.a.X_WP, *j.rb->part->geom, j.b.X_WP, j.tol);
-    };
-    if (helpers != nullptr) {
-      helpers->ForEach(to_classify.size(), classify);
-    } else {
-      for (std::size_t k = 0; k < to_classify.size(); ++k) classify(k);
-    }
-    if (!stop_status.ok()) return stop_status;
+    });
+    CLASH_RETURN_IF_ERROR(shared_stop.status());
   }
   if (!to_classify.empty()) {
     std::lock_guard lock(scene.cache_mu);
@@ -620,18 +646,18 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
 }
 
 absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickRequest& request,
-                                         const StopCheck& stop, const QueryLimits& limits) {
+                                         const StopCheck& stop, const QueryLimits& limits,
+                                         QueryHelpers* helpers) {
   if (request.rays_size() > limits.max_rays) {
     return absl::InvalidArgumentError(absl::StrCat(
         request.rays_size(), " rays, above the limit of ", limits.max_rays, " per request"));
   }
   CLASH_ASSIGN_OR_RETURN(const Selection targets, Resolve(scene, request.targets()));
-  v1::PickResponse response;
-  response.set_scene_version(scene.version);
-  int since_stop = 0;
+  // Every ray is checked before any is cast.
+  std::vector<geom::Ray> rays(static_cast<std::size_t>(request.rays_size()));
   for (int i = 0; i < request.rays_size(); ++i) {
     const v1::Ray& r = request.rays(i);
-    geom::Ray ray;
+    geom::Ray& ray = rays[static_cast<std::size_t>(i)];
     ray.origin = FromProto(r.origin_mm());
     const geom::Vec3 dir = FromProto(r.direction());
     const double len = dir.norm();
@@ -645,35 +671,53 @@ absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickReque
     }
     ray.direction = dir / len;
     if (r.max_distance_mm() > 0) ray.t_max = r.max_distance_mm();
-    if (++since_stop == kStopEvery * 64) {
-      since_stop = 0;
-      if (stop) CLASH_RETURN_IF_ERROR(stop());
+  }
+  struct Hit {
+    std::optional<geom::RayHit> hit;
+    const InstanceRec* rec = nullptr;
+  };
+  std::vector<Hit> hits(rays.size());
+  // Rays in chunks (on helpers too when given); a stop ends the claiming of further chunks.
+  constexpr std::size_t kRaysPerChunk = 16;
+  const std::size_t chunks = (rays.size() + kRaysPerChunk - 1) / kRaysPerChunk;
+  SharedStop shared_stop(stop);
+  ForEachItem(helpers, chunks, [&](std::size_t chunk) {
+    if (!shared_stop.GoOn()) return;
+    const std::size_t end = std::min(rays.size(), (chunk + 1) * kRaysPerChunk);
+    for (std::size_t i = chunk * kRaysPerChunk; i < end; ++i) {
+      geom::Ray ray = rays[i];
+      Hit& best = hits[i];
+      scene.tree.QueryRay(ray, [&](uint64_t id, double /*t_entry*/) {
+        if (!targets.Contains(id)) return ray.t_max;
+        const InstanceRec* rec = scene.Find(id);
+        if (rec == nullptr) return ray.t_max;
+        std::optional<geom::RayHit> hit = geom::CastRay(*rec->part->geom, rec->X_WP, ray);
+        if (hit && (!best.hit || hit->t < best.hit->t)) {
+          best.hit = hit;
+          best.rec = rec;
+          ray.t_max = hit->t;
+        }
+        return ray.t_max;
+      });
     }
-    std::optional<geom::RayHit> best;
-    const InstanceRec* best_rec = nullptr;
-    scene.tree.QueryRay(ray, [&](uint64_t id, double /*t_entry*/) {
-      if (!targets.Contains(id)) return ray.t_max;
-      const InstanceRec* rec = scene.Find(id);
-      if (rec == nullptr) return ray.t_max;
-      std::optional<geom::RayHit> hit = geom::CastRay(*rec->part->geom, rec->X_WP, ray);
-      if (hit && (!best || hit->t < best->t)) {
-        best = hit;
-        best_rec = rec;
-        ray.t_max = hit->t;
-      }
-      return ray.t_max;
-    });
+  });
+  CLASH_RETURN_IF_ERROR(shared_stop.status());
+
+  v1::PickResponse response;
+  response.set_scene_version(scene.version);
+  for (const Hit& h : hits) {
     v1::PickHit* out = response.add_hits();
-    if (!best) continue;
+    if (!h.hit) continue;
+    const geom::RayHit& best = *h.hit;
     out->set_hit(true);
-    out->set_instance_id(best_rec->id);
-    out->set_path(best_rec->path);
-    out->set_part_id(best_rec->part->info.part_id());
-    out->set_triangle(best_rec->part->geom->mesh().SourceIndex(best->triangle));
-    out->set_face_id(best->tag);
-    ToProto(best->p_W, out->mutable_point_mm());
-    ToProto(best->normal_W, out->mutable_normal());
-    out->set_distance_mm(best->t);
+    out->set_instance_id(h.rec->id);
+    out->set_path(h.rec->path);
+    out->set_part_id(h.rec->part->info.part_id());
+    out->set_triangle(h.rec->part->geom->mesh().SourceIndex(best.triangle));
+    out->set_face_id(best.tag);
+    ToProto(best.p_W, out->mutable_point_mm());
+    ToProto(best.normal_W, out->mutable_normal());
+    out->set_distance_mm(best.t);
   }
   return response;
 }

@@ -63,10 +63,13 @@ struct AllowRule {
                                                                const v1::DistanceRequest& request,
                                                                const StopCheck& stop);
 
+/// Ray picks; the rays are cast through `helpers` when given (on idle query slots too), else
+/// on this thread; the answer is the same either way.
 [[nodiscard]] absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene,
                                                        const v1::PickRequest& request,
                                                        const StopCheck& stop,
-                                                       const QueryLimits& limits = {});
+                                                       const QueryLimits& limits = {},
+                                                       QueryHelpers* helpers = nullptr);
 
 /// The instances a selector chooses (enabled only), in id order. NOT_FOUND for an unknown
 /// instance id or group, or a path prefix that matches nothing.

@@ -490,11 +490,12 @@ struct ClashServer::Impl {
     grpc::Status PickRays(grpc::ServerContext* ctx, const v1::PickRequest* request,
                           v1::PickResponse* response) override {
       return impl_->Serve(ctx, "PickRays", [&](Tenant& t) {
-        return impl_->RunQuery(t, ctx, request->scene_id(),
-                               [&](const Scene& scene, const StopCheck& stop) {
-                                 CLASH_ASSIGN_OR_RETURN(*response, RunPick(scene, *request, stop));
-                                 return absl::OkStatus();
-                               });
+        return impl_->RunQuery(
+            t, ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
+              CLASH_ASSIGN_OR_RETURN(
+                  *response, RunPick(scene, *request, stop, QueryLimits{}, &impl_->query_helpers));
+              return absl::OkStatus();
+            });
       });
     }
 

@@ -626,8 +626,9 @@ TEST_F(ServerTest, SceneQueriesMatchBruteForceOverAllPairs) {
   EXPECT_GT(hits, 0);
 }
 
-// Interference classified on helper threads (idle query slots) and on the calling thread
-// alone: the same answer, field for field, for a crowded scene and for a what-if pose.
+// Interference classified, and rays cast, on helper threads (idle query slots) and on the
+// calling thread alone: the same answer, field for field, for a crowded scene, a what-if pose
+// and a batch of rays.
 TEST_F(ServerTest, HelpersGiveTheSameAnswerAsOneThread) {
   std::mt19937 rng = testing::SeededRng(11);
   const std::vector<RawMesh> meshes = {MakeBox(Vec3(3, 2, 1)), testing::MakeCylinder(1.5, 5, 24),
@@ -652,27 +653,45 @@ TEST_F(ServerTest, HelpersGiveTheSameAnswerAsOneThread) {
   *u->mutable_pose() = ToPose(testing::RandomPose(rng, 5));
   what_if.mutable_set_a()->add_instance_ids(ids[0]);
   what_if.mutable_set_b();
+  // Rays through the crowd from all sides: several chunks of rays to share.
+  v1::PickRequest pick;
+  pick.set_scene_id(scene);
+  for (int k = 0; k < 500; ++k) {
+    const Vec3 from = testing::RandomPoint(rng, 40);
+    v1::Ray* ray = pick.add_rays();
+    ToProto(from, ray->mutable_origin_mm());
+    ToProto(Vec3(testing::RandomPoint(rng, 8) - from), ray->mutable_direction());
+  }
   auto answers = [&] {
-    std::vector<v1::InterferenceResponse> out;
+    std::vector<std::unique_ptr<google::protobuf::Message>> out;
     for (const v1::InterferenceRequest* r : {&all, &what_if}) {
       auto got = client_->CheckInterference(*r);
       EXPECT_THAT(got.status(), IsOk());
-      out.push_back(got.ok() ? *got : v1::InterferenceResponse());
+      EXPECT_GE(got.ok() ? got->clashes_size() : 0, 2);  // pairs to share
+      out.push_back(
+          std::make_unique<v1::InterferenceResponse>(got.ok() ? *got : v1::InterferenceResponse()));
     }
+    auto picked = client_->PickRays(pick);
+    EXPECT_THAT(picked.status(), IsOk());
+    int hits = 0;
+    if (picked.ok()) {
+      for (const v1::PickHit& h : picked->hits()) hits += h.hit();
+    }
+    EXPECT_GT(hits, 100);
+    out.push_back(std::make_unique<v1::PickResponse>(picked.ok() ? *picked : v1::PickResponse()));
     return out;
   };
-  const std::vector<v1::InterferenceResponse> helped = answers();
+  const auto helped = answers();
   ServerConfig one_thread;
   one_thread.query_helpers = 0;
   Restart(one_thread);
-  const std::vector<v1::InterferenceResponse> alone = answers();
+  const auto alone = answers();
   ASSERT_EQ(helped.size(), alone.size());
   for (std::size_t k = 0; k < helped.size(); ++k) {
-    EXPECT_GE(helped[k].clashes_size(), 2) << "query " << k;  // pairs to share
-    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(helped[k], alone[k]))
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*helped[k], *alone[k]))
         << "query " << k << "\nhelped:\n"
-        << helped[k].DebugString() << "\nalone:\n"
-        << alone[k].DebugString();
+        << helped[k]->DebugString() << "\nalone:\n"
+        << alone[k]->DebugString();
   }
 }
 
