@@ -347,6 +347,8 @@ class World {
                                                                          double* write_us);
   // The pair request with a contact tolerance used by no earlier query (defeats the pair cache).
   [[nodiscard]] v1::InterferenceRequest FreshPairRequest();
+  // The whole scene at the pair's tolerance, changed likewise (every pair classified afresh).
+  [[nodiscard]] v1::InterferenceRequest FreshWholeSceneRequest();
 
   std::string tmp_;
   std::string assembly_file_;
@@ -381,6 +383,7 @@ class World {
   std::string pair_fresh_key_;
   std::string pick_key_;
   std::string pick_batch_key_;
+  std::string whole_fresh_key_;
   std::vector<std::string> move_keys_;
   std::vector<std::set<uint64_t>> fcl_keys_;
   std::size_t move_clashes_ = 0;
@@ -516,6 +519,15 @@ absl::StatusOr<v1::PickResponse> World::LocalPick(const v1::PickRequest& request
 v1::InterferenceRequest World::FreshPairRequest() {
   v1::InterferenceRequest r = pair_request_;
   // A relative change of 1e-12 per query: distinct doubles, the same classes.
+  const double k = static_cast<double>(++fresh_counter_);
+  r.mutable_tolerances()->set_contact_tolerance_mm(pair_tolerance_mm_ * (1 + 1e-12 * k));
+  return r;
+}
+
+v1::InterferenceRequest World::FreshWholeSceneRequest() {
+  v1::InterferenceRequest r;
+  r.set_scene_id(scene_id_);
+  r.set_page_size(10000);
   const double k = static_cast<double>(++fresh_counter_);
   r.mutable_tolerances()->set_contact_tolerance_mm(pair_tolerance_mm_ * (1 + 1e-12 * k));
   return r;
@@ -808,6 +820,23 @@ absl::Status World::Check() {
                                               " but the same pose as an override ", move_keys_[k]));
     }
   }
+  // 6. The whole scene at a fresh tolerance (after the stored moves: the scene as timed): the
+  // same clashes with and without a helper thread.
+  {
+    const v1::InterferenceRequest r = FreshWholeSceneRequest();
+    CLASH_ASSIGN_OR_RETURN(v1::InterferenceResponse helped, LocalInterference(r));
+    CLASH_ASSIGN_OR_RETURN(v1::InterferenceResponse alone, LocalInterference(r, true));
+    CLASH_RETURN_IF_ERROR(SameAnswer("whole scene, fresh", helped, alone));
+    if (helped.summary().cached_pairs() != 0) {
+      return absl::InternalError("the fresh whole-scene query was answered from the cache");
+    }
+    whole_fresh_key_ = Key(helped);
+    std::fprintf(stderr,
+                 "check: whole scene at %.4g mm: %d clashes of %llu candidate pairs, the same on "
+                 "one thread\n",
+                 pair_tolerance_mm_, helped.clashes_size(),
+                 static_cast<unsigned long long>(helped.summary().candidate_pairs()));
+  }
   return absl::OkStatus();
 }
 
@@ -879,6 +908,17 @@ void World::Register() {
       "Pick", [this](int64_t) { return client_->PickRays(pick_request_); },
       [this](int64_t) { return LocalPick(pick_request_); },
       [this](int64_t) -> const std::string& { return pick_key_; });
+  // The whole scene, every pair classified afresh (what a batch check of an assembly does).
+  for (const bool one_thread : {false, true}) {
+    const std::string name =
+        absl::StrCat("BM_WholeScene/", one_thread ? "one-thread" : "in-process");
+    add(name, [this, name, one_thread](benchmark::State& state) {
+      TimedLoop(
+          state, name,
+          [&](int64_t) { return LocalInterference(FreshWholeSceneRequest(), one_thread); },
+          [&](int64_t, const auto& got) { return Expect("WholeScene", got, whole_fresh_key_); });
+    });
+  }
   // 256 rays in one request.
   both(
       "PickBatch", [this](int64_t) { return client_->PickRays(pick_batch_request_); },
@@ -999,6 +1039,12 @@ void PrintTable() {
     std::fprintf(stderr, "| %s | %s | %s | %s | %s |\n", row.label,
                  Cell(base + "grpc", true).c_str(), Cell(base + "in-process", true).c_str(),
                  overhead.c_str(), Cell(base + "fcl", true).c_str());
+  }
+  if (Results().contains("BM_WholeScene/in-process")) {
+    std::fprintf(stderr,
+                 "whole scene, every pair afresh, in process: p50 %s us; on one thread: %s us\n",
+                 Cell("BM_WholeScene/in-process", false).c_str(),
+                 Cell("BM_WholeScene/one-thread", false).c_str());
   }
   if (Results().contains("BM_PickBatch/one-thread")) {
     std::fprintf(stderr, "ray pick, 256 rays, in process on one thread: p50 / p99 %s us\n",
