@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <optional>
 
 namespace clash::server {
@@ -10,9 +11,11 @@ struct QueryHelpers::Batch {
   std::size_t n = 0;
   const std::function<void(std::size_t)>* fn = nullptr;  // valid while any item is unclaimed
   std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};  // an item threw: the rest are claimed but not run
   std::mutex mu;
   std::condition_variable cv;
   std::size_t done = 0;
+  std::exception_ptr error;  // the first exception an item threw
 };
 
 QueryHelpers::QueryHelpers(int threads, WorkLimiter* limiter) : limiter_(limiter) {
@@ -39,8 +42,15 @@ std::size_t QueryHelpers::Work(Batch& b, bool helper) {
     if (helper && limiter_ != nullptr && limiter_->waiting() > 0) break;
     const std::size_t i = b.next.fetch_add(1, std::memory_order_relaxed);
     if (i >= b.n) break;
-    (*b.fn)(i);
     ++ran;
+    if (b.failed.load(std::memory_order_relaxed)) continue;
+    try {
+      (*b.fn)(i);
+    } catch (...) {  // handed to the caller: a helper thread must not end the process
+      std::lock_guard lock(b.mu);
+      if (!b.error) b.error = std::current_exception();
+      b.failed = true;
+    }
   }
   if (ran > 0 && helper) {
     std::lock_guard lock(mu_);
@@ -73,6 +83,7 @@ void QueryHelpers::ForEach(std::size_t n, const std::function<void(std::size_t)>
   // A helper that starts later finds nothing to claim and never touches fn.
   std::unique_lock lock(batch->mu);
   batch->cv.wait(lock, [&] { return batch->done == batch->n; });
+  if (batch->error) std::rethrow_exception(batch->error);
 }
 
 void QueryHelpers::Loop() {

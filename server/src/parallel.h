@@ -31,8 +31,9 @@ class QueryHelpers {
 
   /// Calls fn(i) once for every i in [0, n), on this thread and on helpers that find a free
   /// slot, and returns when every call has returned. Items are claimed one at a time in
-  /// increasing order. fn must be safe to call concurrently for different i, and must not
-  /// throw.
+  /// increasing order. fn must be safe to call concurrently for different i. When a call
+  /// throws, the items not yet started are skipped and the first exception is rethrown here,
+  /// on the calling thread, once every started call has returned.
   void ForEach(std::size_t n, const std::function<void(std::size_t)>& fn);
 
   /// Items that helpers (not the calling threads) have run since construction.

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -123,6 +124,31 @@ TEST(QueryHelpers, AHelperLeavesWhenAQueryWaits) {
   EXPECT_TRUE(waiter_has_slot);
   EXPECT_EQ(on_helper.load(), 1);
   EXPECT_EQ(helpers.helped(), 1u);
+}
+
+// An exception thrown by an item on a helper reaches the caller, not std::terminate, and the
+// helpers serve later batches.
+TEST(QueryHelpers, AnExceptionOnAHelperReachesTheCaller) {
+  QueryHelpers helpers(1, nullptr);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> thrown{false};
+  std::atomic<int> ran{0};
+  auto item = [&](std::size_t i) {
+    if (std::this_thread::get_id() != caller && !thrown.exchange(true)) {
+      throw std::runtime_error("item failed");
+    }
+    if (i == 0) {  // the caller's first item waits for the helper's throw
+      EXPECT_TRUE(WaitFor([&] { return thrown.load(); }));
+    }
+    ++ran;
+  };
+  EXPECT_THROW(helpers.ForEach(100, item), std::runtime_error);
+  EXPECT_TRUE(thrown);
+  EXPECT_LE(ran.load(), 99);  // every other item at most once
+  // The helpers still work afterwards.
+  std::atomic<int> after{0};
+  helpers.ForEach(10, [&](std::size_t) { ++after; });
+  EXPECT_EQ(after.load(), 10);
 }
 
 }  // namespace
