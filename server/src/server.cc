@@ -78,10 +78,20 @@ absl::Time CallDeadline(const grpc::ServerContext* ctx, double max_seconds) {
   return std::min(server_max, absl::FromChrono(client));
 }
 
+// The deadline is checked on every call; the client's cancellation at most once a millisecond
+// (ServerContext::IsCancelled costs ~20 µs here, as much as a small query: checked per pair
+// or per chunk of rays it doubled their cost). Safe to call from several threads.
 StopCheck MakeStop(const grpc::ServerContext* ctx, absl::Time deadline) {
-  return [ctx, deadline]() -> absl::Status {
-    if (ctx->IsCancelled()) return absl::CancelledError("call cancelled by the client");
-    if (absl::Now() >= deadline) return absl::DeadlineExceededError("deadline exceeded");
+  constexpr int64_t kCancelCheckNs = 1'000'000;
+  auto next_cancel_check = std::make_shared<std::atomic<int64_t>>(0);
+  return [ctx, deadline, next_cancel_check]() -> absl::Status {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return absl::DeadlineExceededError("deadline exceeded");
+    const int64_t now_ns = absl::ToUnixNanos(now);
+    if (now_ns >= next_cancel_check->load(std::memory_order_relaxed)) {
+      next_cancel_check->store(now_ns + kCancelCheckNs, std::memory_order_relaxed);
+      if (ctx->IsCancelled()) return absl::CancelledError("call cancelled by the client");
+    }
     return absl::OkStatus();
   };
 }

@@ -977,21 +977,77 @@ TEST(WorkLimiterTest, QueuesUpToItsBoundThenRefuses) {
   EXPECT_EQ(limiter.running(), 0);
 }
 
-TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
-  NewScene();
+// GET /metrics from the server's metrics port ("" on a connection failure).
+std::string FetchMetrics(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
+  if (fd < 0) return "";
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server_->metrics_port()));
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  const std::string get = "GET /metrics HTTP/1.0\r\n\r\n";
-  ASSERT_EQ(write(fd, get.data(), get.size()), static_cast<ssize_t>(get.size()));
   std::string body;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, static_cast<size_t>(n));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string get = "GET /metrics HTTP/1.0\r\n\r\n";
+    if (write(fd, get.data(), get.size()) == static_cast<ssize_t>(get.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) {
+        body.append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
   close(fd);
+  return body;
+}
+
+// A client that cancels a long interference check while it runs: the server notices inside the
+// work and answers CANCELLED (its own record of the call says so), rather than finishing the
+// query for nobody. ~4000 crossing pairs take far longer than the cancellation needs.
+TEST_F(ServerTest, ACancelledQueryStopsInsideItsWork) {
+  std::mt19937 rng = testing::SeededRng(31);
+  const std::string cyl = Upload(testing::MakeCylinder(3, 10, 48), "cyl");
+  const std::string scene = NewScene();
+  for (int i = 0; i < 90; ++i) {
+    Place(scene, cyl, testing::RandomPose(rng, 1.5), "c" + std::to_string(i));
+  }
+  auto stub = v1::QueryService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene);
+  grpc::ClientContext ctx;
+  std::thread canceller([&] {
+    // Cancel once the server runs the query (helpers may hold a second slot).
+    auto running = [&] {
+      const std::string body = FetchMetrics(server_->metrics_port());
+      const std::size_t at = body.find("\nclashd_query_running ");
+      return at != std::string::npos && body[at + 22] != '0';
+    };
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!running() && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ctx.TryCancel();
+  });
+  v1::InterferenceResponse resp;
+  const grpc::Status status = stub->CheckInterference(&ctx, req, &resp);
+  canceller.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  // The server's record of the call, once it has returned.
+  std::string body;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  do {
+    body = FetchMetrics(server_->metrics_port());
+    if (body.find("clashd_requests_total{method=\"CheckInterference\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (std::chrono::steady_clock::now() < end);
+  EXPECT_THAT(body,
+              ::testing::HasSubstr(
+                  "clashd_requests_total{method=\"CheckInterference\",code=\"CANCELLED\"} 1"));
+  EXPECT_THAT(body, ::testing::Not(::testing::HasSubstr(
+                        "clashd_requests_total{method=\"CheckInterference\",code=\"OK\"}")));
+}
+
+TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
+  NewScene();
+  const std::string body = FetchMetrics(server_->metrics_port());
   EXPECT_THAT(body, ::testing::HasSubstr("200 OK"));
   EXPECT_THAT(body,
               ::testing::HasSubstr("clashd_requests_total{method=\"CreateScene\",code=\"OK\"} 1"));
