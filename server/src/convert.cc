@@ -19,7 +19,8 @@ void ToProto(const geom::Aabb& box, v1::Box3* out) {
   ToProto(box.max, out->mutable_max_mm());
 }
 
-absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose, std::string_view what) {
+absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose, std::string_view what,
+                                                   double rotation_tolerance) {
   geom::RigidTransform X;
   X.t = FromProto(pose.translation_mm());
   if (!X.t.allFinite()) {
@@ -55,7 +56,7 @@ absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose, std::st
     case v1::Pose::ROTATION_NOT_SET:
       break;
   }
-  if (!X.IsValid(1e-6)) {
+  if (!X.IsValid(rotation_tolerance)) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(what), ": rotation is not a finite proper rotation"));
   }

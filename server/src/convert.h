@@ -17,9 +17,12 @@ void ToProto(const geom::Vec3& v, v1::Vec3* out);
 void ToProto(const geom::Aabb& box, v1::Box3* out);
 
 /// X_WP from a wire pose. INVALID_ARGUMENT (naming `what`) for non-finite values, a quaternion
-/// whose norm is not within 1e-6 of 1, or a matrix that is not a rotation within 1e-6.
+/// whose norm is not within 1e-6 of 1, or a matrix that is not a rotation within
+/// `rotation_tolerance` (1e-6 for what clients send; stored poses, products of accepted ones,
+/// are read with a looser one).
 [[nodiscard]] absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose,
-                                                                 std::string_view what);
+                                                                 std::string_view what,
+                                                                 double rotation_tolerance = 1e-6);
 /// A wire pose (translation + unit quaternion with w >= 0).
 void ToProto(const geom::RigidTransform& X, v1::Pose* out);
 /// The pose with its rotation as the matrix itself: PoseFromProto reads back the very same

@@ -8,15 +8,16 @@ namespace clash::server {
 
 WorkLimiter::Permit& WorkLimiter::Permit::operator=(Permit&& o) noexcept {
   if (this != &o) {
-    if (owner_ != nullptr) owner_->Release();
+    if (owner_ != nullptr) owner_->Release(spare_);
     owner_ = o.owner_;
+    spare_ = o.spare_;
     o.owner_ = nullptr;
   }
   return *this;
 }
 
 WorkLimiter::Permit::~Permit() {
-  if (owner_ != nullptr) owner_->Release();
+  if (owner_ != nullptr) owner_->Release(spare_);
 }
 
 absl::StatusOr<WorkLimiter::Permit> WorkLimiter::Acquire(
@@ -26,9 +27,10 @@ absl::StatusOr<WorkLimiter::Permit> WorkLimiter::Acquire(
     ++running_;
     return Permit(this);
   }
-  if (waiting_ >= queue_) {
-    return absl::ResourceExhaustedError(absl::StrCat(name_, " queue full (", running_, " running, ",
-                                                     waiting_, " waiting): retry later"));
+  if (waiting_ >= queue_ + spare_) {
+    return absl::ResourceExhaustedError(absl::StrCat(name_, " queue full (", running_ - spare_,
+                                                     " running, ", waiting_,
+                                                     " waiting): retry later"));
   }
   ++waiting_;
   while (running_ >= slots_) {
@@ -47,24 +49,31 @@ absl::StatusOr<WorkLimiter::Permit> WorkLimiter::Acquire(
   return Permit(this);
 }
 
-std::optional<WorkLimiter::Permit> WorkLimiter::TryAcquire() {
+std::optional<WorkLimiter::Permit> WorkLimiter::TryAcquireSpare() {
   std::lock_guard lock(mu_);
   if (running_ >= slots_ || waiting_ > 0) return std::nullopt;
   ++running_;
-  return Permit(this);
+  ++spare_;
+  return Permit(this, true);
 }
 
-void WorkLimiter::Release() {
+void WorkLimiter::Release(bool spare) {
   {
     std::lock_guard lock(mu_);
     --running_;
+    if (spare) --spare_;
   }
   cv_.notify_one();
 }
 
 int WorkLimiter::running() const {
   std::lock_guard lock(mu_);
-  return running_;
+  return running_ - spare_;
+}
+
+int WorkLimiter::spare_in_use() const {
+  std::lock_guard lock(mu_);
+  return spare_;
 }
 
 int WorkLimiter::waiting() const {

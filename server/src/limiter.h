@@ -18,8 +18,8 @@ class WorkLimiter {
   class Permit {
    public:
     Permit() = default;
-    explicit Permit(WorkLimiter* owner) : owner_(owner) {}
-    Permit(Permit&& o) noexcept : owner_(o.owner_) { o.owner_ = nullptr; }
+    explicit Permit(WorkLimiter* owner, bool spare = false) : owner_(owner), spare_(spare) {}
+    Permit(Permit&& o) noexcept : owner_(o.owner_), spare_(o.spare_) { o.owner_ = nullptr; }
     Permit& operator=(Permit&& o) noexcept;
     Permit(const Permit&) = delete;
     Permit& operator=(const Permit&) = delete;
@@ -27,32 +27,41 @@ class WorkLimiter {
 
    private:
     WorkLimiter* owner_ = nullptr;
+    bool spare_ = false;  // from TryAcquireSpare
   };
 
   WorkLimiter(std::string name, int slots, int queue)
       : name_(std::move(name)), slots_(slots), queue_(queue) {}
 
   /// A slot, waiting in the queue while `stop` stays OK. RESOURCE_EXHAUSTED when every slot is
-  /// busy and the queue is full; `stop`'s status when it fires while waiting.
+  /// busy and the queue is full; `stop`'s status when it fires while waiting. A slot lent to a
+  /// helper (TryAcquireSpare) is a place to wait beyond the queue: its helper gives it back as
+  /// soon as someone waits, so it never turns a caller away.
   [[nodiscard]] absl::StatusOr<Permit> Acquire(const std::function<absl::Status()>& stop);
 
-  /// A slot when one is free and nobody waits for one; nullopt otherwise (never waits).
-  [[nodiscard]] std::optional<Permit> TryAcquire();
+  /// A spare slot for a helper of a running query (QueryHelpers): when one is free and nobody
+  /// waits for one; nullopt otherwise (never waits). Its holder must give it back soon after
+  /// waiting() turns positive.
+  [[nodiscard]] std::optional<Permit> TryAcquireSpare();
 
+  /// Slots held by callers of Acquire (not by helpers).
   [[nodiscard]] int running() const;
+  /// Slots lent to helpers.
+  [[nodiscard]] int spare_in_use() const;
   [[nodiscard]] int waiting() const;
   [[nodiscard]] int slots() const { return slots_; }
   [[nodiscard]] const std::string& name() const { return name_; }
 
  private:
-  void Release();
+  void Release(bool spare);
 
   std::string name_;
   int slots_;
   int queue_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  int running_ = 0;
+  int running_ = 0;  // every held slot, spare ones included
+  int spare_ = 0;    // held by helpers
   int waiting_ = 0;
 };
 

@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
   app.add_option("--query-helpers", config.query_helpers,
-                 "Helper threads that let an interference query use idle query slots (0: none, "
-                 "-1: query slots - 1)")
+                 "Helper threads that let an interference check or a pick use idle query slots "
+                 "(0: none, -1: query slots - 1)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1024));
   app.add_option("--import-slots", config.import_slots, "Import worker processes at once")

@@ -19,16 +19,25 @@ struct QueryHelpers::Batch {
 };
 
 QueryHelpers::QueryHelpers(int threads, WorkLimiter* limiter) : limiter_(limiter) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  try {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  } catch (...) {  // the threads already started must be joined, or std::terminate
+    Stop();
+    throw;
+  }
 }
 
-QueryHelpers::~QueryHelpers() {
+QueryHelpers::~QueryHelpers() { Stop(); }
+
+void QueryHelpers::Stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 std::size_t QueryHelpers::helped() const {
@@ -74,7 +83,13 @@ void QueryHelpers::ForEach(std::size_t n, const std::function<void(std::size_t)>
   if (offers > 0) {
     {
       std::lock_guard lock(mu_);
-      for (std::size_t k = 0; k < offers; ++k) queue_.push_back(batch);
+      try {
+        for (std::size_t k = 0; k < offers; ++k) queue_.push_back(batch);
+      } catch (...) {
+        // Offers already queued must find nothing to claim: fn is about to go.
+        batch->next = n;
+        throw;
+      }
     }
     cv_.notify_all();
   }
@@ -99,7 +114,7 @@ void QueryHelpers::Loop() {
     if (batch->next.load(std::memory_order_relaxed) >= batch->n) continue;  // all claimed
     std::optional<WorkLimiter::Permit> permit;
     if (limiter_ != nullptr) {
-      permit = limiter_->TryAcquire();
+      permit = limiter_->TryAcquireSpare();
       if (!permit) continue;  // no idle slot: the caller works alone
     }
     Work(*batch, true);

@@ -3,7 +3,7 @@
 // the calling thread works through them itself, and each helper that finds a free slot of the
 // query limiter when it starts joins in, so queries and helpers together never run on more
 // slots than the limiter has. A helper leaves, giving its slot back, as soon as a query waits
-// for one.
+// for one: that query waits at most for the helper's current item (one pair, 16 rays).
 #pragma once
 
 #include <condition_variable>
@@ -36,12 +36,14 @@ class QueryHelpers {
   /// on the calling thread, once every started call has returned.
   void ForEach(std::size_t n, const std::function<void(std::size_t)>& fn);
 
-  /// Items that helpers (not the calling threads) have run since construction.
+  /// Items (pairs, chunks of rays) that helpers, not the calling threads, have run since
+  /// construction.
   [[nodiscard]] std::size_t helped() const;
 
  private:
   struct Batch;
   void Loop();
+  void Stop();  // ends and joins the threads
   // Claims and runs items of `b` until none is left (or, for a helper, someone waits for a
   // slot); returns how many it ran.
   std::size_t Work(Batch& b, bool helper);

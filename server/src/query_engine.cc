@@ -419,75 +419,30 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     involved.insert(in_b.ids.begin(), in_b.ids.end());
     summary->set_instances(involved.size());
   }
-  // The pairs to answer, from the pair cache where it has them.
+  // Candidate pairs go in blocks: from the pair cache where it has them, the rest classified
+  // (on helpers too when given), every classified pair cached, then reported in order. Blocks
+  // bound the memory a query of millions of pairs holds; caching before a stop keeps the work
+  // of a query stopped by its deadline for the next try.
   struct Job {
     const InstanceRec* ra;
     const InstanceRec* rb;
     Posed a, b;
     geom::PairTolerances tol;
     bool cacheable = false;
-    bool cached = false;
+    bool done = false;  // pc holds the answer (from the cache or classified)
     geom::PairClassification pc;
   };
+  constexpr std::size_t kBlockPairs = 1024;
   std::vector<Job> jobs;
+  jobs.reserve(kBlockPairs);
   std::vector<std::size_t> to_classify;
-  int since_stop = 0;
-  for (const auto& [ra, rb] : candidates) {
-    if (++since_stop == kStopEvery) {
-      since_stop = 0;
-      if (stop) CLASH_RETURN_IF_ERROR(stop());
-    }
-    Job job{ra, rb, posed.Get(*ra), posed.Get(*rb), {}, false, false, {}};
-    job.tol.contact_mm = PairTolerance(tol, *ra, *rb);
-    job.tol.clearance_mm = tol.clearance_mm();
-    const double grow = std::max(job.tol.contact_mm, job.tol.clearance_mm);
-    if (!job.a.box.Inflated(grow).Overlaps(job.b.box)) continue;
-    summary->set_candidate_pairs(summary->candidate_pairs() + 1);
-    job.cacheable = !job.a.overridden && !job.b.overridden;
-    if (job.cacheable) {
-      std::lock_guard lock(scene.cache_mu);
-      auto it = scene.pair_cache.find({ra->id, rb->id});
-      if (it != scene.pair_cache.end() && it->second.pose_version_a == ra->pose_version &&
-          it->second.pose_version_b == rb->pose_version &&
-          it->second.contact_mm == job.tol.contact_mm &&
-          it->second.clearance_mm == job.tol.clearance_mm) {
-        job.pc = it->second.result;
-        job.cached = true;
-        summary->set_cached_pairs(summary->cached_pairs() + 1);
-      }
-    }
-    if (!job.cached) to_classify.push_back(jobs.size());
-    jobs.push_back(std::move(job));
-  }
-  // The narrow phase, on helpers too when given. A stop (deadline, cancellation) ends the
-  // claiming of further pairs; the first stop status is the answer.
-  {
-    SharedStop shared_stop(stop);
-    ForEachItem(helpers, to_classify.size(), [&](std::size_t k) {
-      if (!shared_stop.GoOn()) return;
-      Job& j = jobs[to_classify[k]];
-      j.pc = geom::ClassifyPair(*j.ra->part->geom, j.a.X_WP, *j.rb->part->geom, j.b.X_WP, j.tol);
-    });
-    CLASH_RETURN_IF_ERROR(shared_stop.status());
-  }
-  if (!to_classify.empty()) {
-    std::lock_guard lock(scene.cache_mu);
-    for (std::size_t k : to_classify) {
-      const Job& j = jobs[k];
-      if (!j.cacheable) continue;
-      if (scene.pair_cache.size() > 4'000'000) scene.pair_cache.clear();
-      scene.pair_cache[{j.ra->id, j.rb->id}] = CachedPair{
-          j.ra->pose_version, j.rb->pose_version, j.tol.contact_mm, j.tol.clearance_mm, j.pc};
-    }
-  }
-
   std::vector<v1::Clash> clashes;
-  for (const Job& j : jobs) {
+  auto report = [&](const Job& j) {
     const InstanceRec* ra = j.ra;
     const InstanceRec* rb = j.rb;
     const geom::PairTolerances& pt = j.tol;
     const geom::PairClassification& pc = j.pc;
-    if (pc.cls == geom::ClashClass::kClear) continue;
+    if (pc.cls == geom::ClashClass::kClear) return;
 
     v1::Clash c;
     const PairEnds e = OrderByPath(*ra, *rb, pc.p_WA, pc.p_WB, pc.tri_a, pc.tri_b);
@@ -537,7 +492,61 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
       }
     }
     clashes.push_back(std::move(c));
+  };
+  auto run_block = [&]() -> absl::Status {
+    SharedStop shared_stop(stop);
+    ForEachItem(helpers, to_classify.size(), [&](std::size_t k) {
+      if (!shared_stop.GoOn()) return;
+      Job& j = jobs[to_classify[k]];
+      j.pc = geom::ClassifyPair(*j.ra->part->geom, j.a.X_WP, *j.rb->part->geom, j.b.X_WP, j.tol);
+      j.done = true;
+    });
+    {
+      std::lock_guard lock(scene.cache_mu);
+      for (std::size_t k : to_classify) {
+        const Job& j = jobs[k];
+        if (!j.done || !j.cacheable) continue;
+        if (scene.pair_cache.size() > 4'000'000) scene.pair_cache.clear();
+        scene.pair_cache[{j.ra->id, j.rb->id}] = CachedPair{
+            j.ra->pose_version, j.rb->pose_version, j.tol.contact_mm, j.tol.clearance_mm, j.pc};
+      }
+    }
+    CLASH_RETURN_IF_ERROR(shared_stop.status());
+    for (const Job& j : jobs) report(j);
+    jobs.clear();
+    to_classify.clear();
+    return absl::OkStatus();
+  };
+  int since_stop = 0;
+  for (const auto& [ra, rb] : candidates) {
+    if (++since_stop == kStopEvery) {
+      since_stop = 0;
+      if (stop) CLASH_RETURN_IF_ERROR(stop());
+    }
+    Job job{ra, rb, posed.Get(*ra), posed.Get(*rb), {}, false, false, {}};
+    job.tol.contact_mm = PairTolerance(tol, *ra, *rb);
+    job.tol.clearance_mm = tol.clearance_mm();
+    const double grow = std::max(job.tol.contact_mm, job.tol.clearance_mm);
+    if (!job.a.box.Inflated(grow).Overlaps(job.b.box)) continue;
+    summary->set_candidate_pairs(summary->candidate_pairs() + 1);
+    job.cacheable = !job.a.overridden && !job.b.overridden;
+    if (job.cacheable) {
+      std::lock_guard lock(scene.cache_mu);
+      auto it = scene.pair_cache.find({ra->id, rb->id});
+      if (it != scene.pair_cache.end() && it->second.pose_version_a == ra->pose_version &&
+          it->second.pose_version_b == rb->pose_version &&
+          it->second.contact_mm == job.tol.contact_mm &&
+          it->second.clearance_mm == job.tol.clearance_mm) {
+        job.pc = it->second.result;
+        job.done = true;
+        summary->set_cached_pairs(summary->cached_pairs() + 1);
+      }
+    }
+    if (!job.done) to_classify.push_back(jobs.size());
+    jobs.push_back(std::move(job));
+    if (jobs.size() == kBlockPairs) CLASH_RETURN_IF_ERROR(run_block());
   }
+  CLASH_RETURN_IF_ERROR(run_block());
   std::sort(clashes.begin(), clashes.end(), [](const v1::Clash& p, const v1::Clash& q) {
     const int rp = ClassRank(p.clash_class());
     const int rq = ClassRank(q.clash_class());

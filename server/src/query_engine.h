@@ -12,13 +12,12 @@
 #include "scene.h"
 
 namespace clash::server {
-class QueryHelpers;
-}
 
-namespace clash::server {
+class QueryHelpers;
 
 /// Polled during long work: a non-OK status (CANCELLED, DEADLINE_EXCEEDED) stops the query,
-/// which returns that status.
+/// which returns that status. Called from helper threads too when a query is given helpers,
+/// so it must be thread-safe.
 using StopCheck = std::function<absl::Status()>;
 
 /// Limits of one query.

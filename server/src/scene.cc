@@ -18,6 +18,8 @@ namespace clash::server {
 namespace {
 
 constexpr std::size_t kMaxSceneFileBytes = std::size_t{1} << 30;
+// How far from orthonormal a stored rotation may be (see Load).
+constexpr double kStoredRotationTolerance = 1e-4;
 
 geom::Aabb WorldBox(const InstanceRec& rec) {
   return rec.part->geom->bounds().Transformed(rec.X_WP);
@@ -175,7 +177,9 @@ absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
     CLASH_ASSIGN_OR_RETURN(rec.part, parts_->Get(si.part_id()));
     rec.path = si.path();
     rec.name = si.name();
-    CLASH_ASSIGN_OR_RETURN(rec.X_WP, PoseFromProto(si.pose(), rec.path));
+    // Stored exactly as held: an instance of an assembly holds the product of the client's pose
+    // (orthonormal within 1e-6) and the assembly's, which may be up to ~3e-6 off.
+    CLASH_ASSIGN_OR_RETURN(rec.X_WP, PoseFromProto(si.pose(), rec.path, kStoredRotationTolerance));
     rec.enabled = si.enabled();
     rec.groups.insert(si.groups().begin(), si.groups().end());
     scene.Add(std::move(rec));

@@ -25,9 +25,9 @@ struct ServerConfig {
   /// Queries running at once, and waiting beyond them before RESOURCE_EXHAUSTED.
   int query_slots = 2;
   int query_queue = 64;
-  /// An interference query classifies its pairs on its own slot and on slots that are idle,
-  /// through at most this many helper threads (0: each query on its own slot only; -1:
-  /// query_slots - 1).
+  /// An interference check classifies its pairs, a pick casts its rays, on its own slot and on
+  /// slots that are idle, through at most this many helper threads (0: each query on its own
+  /// slot only; -1: query_slots - 1).
   int query_helpers = -1;
   /// Imports (worker processes) running at once, and waiting.
   int import_slots = 2;

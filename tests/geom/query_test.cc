@@ -458,6 +458,20 @@ TEST(InsideFromClosestFace, LeavesAPinchedVertexToTheRays) {
   EXPECT_EQ(InsideFromClosestFace(*single, p, ClosestPoint(*single, p)), false);
 }
 
+// A closed sheet of no thickness (two triangles back to back): at its rim the two faces' normals
+// cancel, so the edge's pseudo-normal tells nothing and the test leaves the point to the rays.
+TEST(InsideFromClosestFace, LeavesAFlatFoldToTheRays) {
+  RawMesh sheet;
+  sheet.v = {Vec3(0, 0, 0), Vec3(4, 0, 0), Vec3(0, 4, 0)};
+  sheet.t = {{0, 1, 2}, {0, 2, 1}};
+  auto part = sheet.Part();
+  ASSERT_TRUE(part->mesh().IsClosed());
+  const Vec3 p(3, 3, 0);  // beyond the rim (1, 0) - (0, 1) direction, in the sheet's plane
+  const PointDistanceResult d = ClosestPoint(*part, p);
+  ASSERT_NEAR(d.distance, (p - Vec3(2, 2, 0)).norm(), 1e-12);
+  EXPECT_EQ(InsideFromClosestFace(*part, p, d), std::nullopt);
+}
+
 TEST(Containment, FindsWhichPartIsInside) {
   auto rng = SeededRng(102);
   auto big = MakeBlob(rng, 20, 12, 16, 0.1).Part();

@@ -46,31 +46,60 @@ TEST(QueryHelpers, RunsEveryItemOnceAndOnlyThenReturns) {
   }
 }
 
-// The calling thread's first item waits until another thread has run an item: a helper must
-// join while the caller is busy.
+// Each thread's first item waits until both the caller and a helper have started one: a
+// helper must join while the caller is busy (whichever of them claims item 0).
 TEST(QueryHelpers, HelpersJoinWhileTheCallerWorks) {
   WorkLimiter limiter("test", 2, 4);
   auto own = limiter.Acquire({});  // the query's own slot
   ASSERT_TRUE(own.ok());
   QueryHelpers helpers(1, &limiter);
   const std::thread::id caller = std::this_thread::get_id();
-  std::atomic<bool> helped{false};
+  std::atomic<bool> caller_started{false}, helper_started{false};
   std::mutex mu;
   std::set<std::thread::id> threads;
-  helpers.ForEach(50, [&](std::size_t i) {
+  helpers.ForEach(50, [&](std::size_t) {
+    bool first;
     {
       std::lock_guard lock(mu);
-      threads.insert(std::this_thread::get_id());
+      first = threads.insert(std::this_thread::get_id()).second;
     }
-    if (std::this_thread::get_id() != caller) helped = true;
-    if (i == 0) {
-      EXPECT_TRUE(WaitFor([&] { return helped.load(); })) << "no helper joined";
+    (std::this_thread::get_id() == caller ? caller_started : helper_started) = true;
+    if (first) {
+      EXPECT_TRUE(WaitFor([&] { return caller_started.load() && helper_started.load(); }))
+          << "the caller and a helper did not both work";
     }
   });
   EXPECT_EQ(threads.size(), 2u);
   EXPECT_GT(helpers.helped(), 0u);
   // The helper gives its slot back once its last item has returned.
-  EXPECT_TRUE(WaitFor([&] { return limiter.running() == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return limiter.spare_in_use() == 0; }));
+  EXPECT_EQ(limiter.running(), 1);
+}
+
+// A slot lent to a helper never turns a query away: with no queue at all, a query arriving
+// while the helper holds the spare slot waits for it (the helper leaves) instead of getting
+// RESOURCE_EXHAUSTED; the gauges count queries and helpers apart.
+TEST(QueryHelpers, ASpareSlotIsAPlaceToWait) {
+  WorkLimiter limiter("test", 2, 0);
+  auto own = limiter.Acquire({});
+  ASSERT_TRUE(own.ok());
+  std::optional<WorkLimiter::Permit> spare = limiter.TryAcquireSpare();
+  ASSERT_TRUE(spare.has_value());
+  EXPECT_EQ(limiter.running(), 1);
+  EXPECT_EQ(limiter.spare_in_use(), 1);
+  std::atomic<bool> admitted{false};
+  std::thread query([&] {
+    auto p = limiter.Acquire({});
+    admitted = p.ok();
+  });
+  ASSERT_TRUE(WaitFor([&] { return limiter.waiting() == 1; }));
+  // One waiter per spare slot: a third caller finds the queue full.
+  EXPECT_FALSE(limiter.Acquire({}).ok());
+  spare.reset();  // what a helper does when it sees someone waiting
+  query.join();
+  EXPECT_TRUE(admitted);
+  EXPECT_EQ(limiter.running(), 1);  // the query has finished
+  EXPECT_EQ(limiter.spare_in_use(), 0);
 }
 
 // Every slot busy: helpers stay away and the caller runs every item.
@@ -89,7 +118,7 @@ TEST(QueryHelpers, NoIdleSlotMeansNoHelp) {
   }
   EXPECT_EQ(elsewhere.load(), 0);
   EXPECT_EQ(helpers.helped(), 0u);
-  EXPECT_FALSE(limiter.TryAcquire().has_value());
+  EXPECT_FALSE(limiter.TryAcquireSpare().has_value());
 }
 
 // A query that waits for a slot gets the helper's: the helper leaves after its item, and the

@@ -544,11 +544,16 @@ PointDistanceResult internal::SurfacePointWithin(const Part& part, const Vec3& p
 
 namespace {
 
+// Pseudo-normals shorter than this (relative to the sum of their unit terms' weights) have no
+// reliable direction: two faces folded flat onto each other, a needle-like vertex.
+constexpr double kMinPseudoNormal = 1e-6;
+// Vertices with more faces than this (a cone's apex of a fine tessellation) go to the rays.
+constexpr std::size_t kMaxFanTriangles = 256;
+
 // The triangles of `part` that hold vertex `v` (and vertex `w` too, unless w == v) among those
-// in leaves within `radius` of p (part frame), up to the capacity of `out`; false when more.
-template <std::size_t N>
+// in leaves within `radius` of p (part frame), at most `max` of them; false when more.
 bool TrianglesAt(const Part& part, const Vec3& p, double radius, uint32_t v, uint32_t w,
-                 absl::InlinedVector<uint32_t, N>* out) {
+                 std::size_t max, absl::InlinedVector<uint32_t, 16>* out) {
   const double prune2 = radius * radius * kSquaredPruneSlack;
   bool fits = true;
   ForLeavesNear(part, p, &prune2, [&](const BvhNode& n) {
@@ -557,7 +562,7 @@ bool TrianglesAt(const Part& part, const Vec3& p, double radius, uint32_t v, uin
       const bool has_v = t[0] == v || t[1] == v || t[2] == v;
       const bool has_w = t[0] == w || t[1] == w || t[2] == w;
       if (!has_v || !has_w) continue;
-      if (out->size() == N) {
+      if (out->size() == max) {
         fits = false;
         return true;
       }
@@ -579,11 +584,13 @@ Vec3 UnitNormal(const TriangleMesh& m, uint32_t tri) {
 
 // Angle-weighted normal of the triangles `fan` about vertex v, or nullopt unless they form one
 // closed fan (each edge out of v used once each way, one cycle through all of them): at a
-// pinched vertex the pseudo-normal does not tell the side.
+// pinched vertex the pseudo-normal does not tell the side. Also nullopt when the weighted
+// normals nearly cancel (a needle-like vertex): the sum's direction is then rounding.
 std::optional<Vec3> VertexPseudoNormal(const TriangleMesh& m, uint32_t v,
                                        std::span<const uint32_t> fan) {
   absl::InlinedVector<std::pair<uint32_t, uint32_t>, 16> next;  // (a, b): triangle v -> a -> b
   Vec3 sum = Vec3::Zero();
+  double weights = 0.0;
   for (uint32_t tri : fan) {
     const auto& t = m.triangles()[tri];
     const int i = t[0] == v ? 0 : t[1] == v ? 1 : 2;
@@ -593,8 +600,11 @@ std::optional<Vec3> VertexPseudoNormal(const TriangleMesh& m, uint32_t v,
     const Vec3 cross = e1.cross(e2);
     const double len = cross.norm();
     if (!(len > 0.0)) return std::nullopt;
-    sum += std::atan2(len, e1.dot(e2)) * (cross / len);
+    const double angle = std::atan2(len, e1.dot(e2));
+    sum += angle * (cross / len);
+    weights += angle;
   }
+  if (!(sum.norm() > kMinPseudoNormal * weights)) return std::nullopt;
   // Follow a -> b from the first triangle: one cycle through every triangle of the fan.
   uint32_t at = next.front().first;
   for (std::size_t step = 0; step < next.size(); ++step) {
@@ -627,7 +637,7 @@ std::optional<bool> InsideFromClosestFace(const Part& q, const Vec3& p,
   const Vec3 to_p = p - d.p_PC;
   auto side = [&](const Vec3& normal) -> std::optional<bool> {
     const double s = to_p.dot(normal);
-    if (!(std::abs(s) >= kClearCosine * to_p.norm() * normal.norm())) return std::nullopt;
+    if (!(std::abs(s) > kClearCosine * to_p.norm() * normal.norm())) return std::nullopt;
     return s < 0.0;
   };
   int near_edge = -1;  // the vertex opposite the edge the closest point lies on
@@ -654,15 +664,17 @@ std::optional<bool> InsideFromClosestFace(const Part& q, const Vec3& p,
   for (int i = 0; i < 3; ++i) {
     if (d.p_PC != v[t[i]]) continue;
     absl::InlinedVector<uint32_t, 16> fan;
-    if (!TrianglesAt(q, p, radius, t[i], t[i], &fan)) return std::nullopt;
+    if (!TrianglesAt(q, p, radius, t[i], t[i], kMaxFanTriangles, &fan)) return std::nullopt;
     const std::optional<Vec3> normal = VertexPseudoNormal(m, t[i], fan);
     return normal ? side(*normal) : std::nullopt;
   }
   if (near_edges != 1) return std::nullopt;
   const uint32_t a = t[(near_edge + 1) % 3], b = t[(near_edge + 2) % 3];
-  absl::InlinedVector<uint32_t, 2> pair;
-  if (!TrianglesAt(q, p, radius, a, b, &pair) || pair.size() != 2) return std::nullopt;
-  return side(UnitNormal(m, pair[0]) + UnitNormal(m, pair[1]));
+  absl::InlinedVector<uint32_t, 16> pair;
+  if (!TrianglesAt(q, p, radius, a, b, 2, &pair) || pair.size() != 2) return std::nullopt;
+  const Vec3 normal = UnitNormal(m, pair[0]) + UnitNormal(m, pair[1]);
+  if (!(normal.norm() > 2.0 * kMinPseudoNormal)) return std::nullopt;  // folded flat
+  return side(normal);
 }
 
 Containment FindContainment(const Part& a, const RigidTransform& X_WA, const Part& b,

@@ -132,8 +132,9 @@ struct PointDistanceResult {
 /// face's normal, at an edge the sum of its two faces' normals, at a vertex the sum of its
 /// faces' normals weighted by their angles there (the faces are found by a search within the
 /// closest distance). nullopt when p is on the surface, at a vertex whose faces do not form one
-/// fan (a pinched vertex), when the sign is not clear (|cos| < 1e-3), or for rounding trouble:
-/// then ContainsPoint decides.
+/// fan (a pinched vertex) or number more than 256, when the pseudo-normal nearly vanishes (two
+/// faces folded flat, a needle-like vertex), when the sign is not clear (|cos| <= 1e-3), or for
+/// rounding trouble: then ContainsPoint decides.
 [[nodiscard]] std::optional<bool> InsideFromClosestFace(const Part& part, const Vec3& p_PQ,
                                                         const PointDistanceResult& closest);
 
