@@ -84,12 +84,13 @@ absl::Time CallDeadline(const grpc::ServerContext* ctx, double max_seconds) {
 // a relaxed atomic, at worst asking twice.
 StopCheck MakeStop(const grpc::ServerContext* ctx, absl::Time deadline) {
   using Clock = std::chrono::steady_clock;
-  constexpr Clock::duration kCancelCheckEvery = std::chrono::milliseconds(1);
+  static constexpr Clock::rep kCancelCheckEvery =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(1)).count();
   auto next_cancel_check = std::make_shared<std::atomic<Clock::rep>>(0);
   return [ctx, deadline, next_cancel_check]() -> absl::Status {
     const Clock::rep now = Clock::now().time_since_epoch().count();
     if (now >= next_cancel_check->load(std::memory_order_relaxed)) {
-      next_cancel_check->store(now + kCancelCheckEvery.count(), std::memory_order_relaxed);
+      next_cancel_check->store(now + kCancelCheckEvery, std::memory_order_relaxed);
       if (ctx->IsCancelled()) return absl::CancelledError("call cancelled by the client");
     }
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("deadline exceeded");

@@ -148,6 +148,18 @@ class ServerTest : public ::testing::Test {
     return r.ok() ? r->instances(0).instance_id() : 0;
   }
 
+  // A new scene of 90 cylinders crowded about the origin: ~4000 crossing pairs, a check that
+  // takes far longer than a client needs to cancel it or a short deadline to expire.
+  std::string CrowdedCylinders(uint32_t seed) {
+    std::mt19937 rng = testing::SeededRng(seed);
+    const std::string cyl = Upload(testing::MakeCylinder(3, 10, 48), "cyl");
+    const std::string scene = NewScene();
+    for (int i = 0; i < 90; ++i) {
+      Place(scene, cyl, testing::RandomPose(rng, 1.5), "c" + std::to_string(i));
+    }
+    return scene;
+  }
+
   v1::InterferenceResponse Check(const std::string& scene, double tau, double clearance = 0) {
     v1::InterferenceRequest req;
     req.set_scene_id(scene);
@@ -1074,12 +1086,7 @@ TEST(WorkLimiterTest, QueuesUpToItsBoundThenRefuses) {
 // work and answers CANCELLED (its own record of the call says so), rather than finishing the
 // query for nobody. ~4000 crossing pairs take far longer than the cancellation needs.
 TEST_F(ServerTest, ACancelledQueryStopsInsideItsWork) {
-  std::mt19937 rng = testing::SeededRng(31);
-  const std::string cyl = Upload(testing::MakeCylinder(3, 10, 48), "cyl");
-  const std::string scene = NewScene();
-  for (int i = 0; i < 90; ++i) {
-    Place(scene, cyl, testing::RandomPose(rng, 1.5), "c" + std::to_string(i));
-  }
+  const std::string scene = CrowdedCylinders(31);
   auto stub = v1::QueryService::NewStub(server_->grpc_server()->InProcessChannel({}));
   v1::InterferenceRequest req;
   req.set_scene_id(scene);
@@ -1114,6 +1121,24 @@ TEST_F(ServerTest, ACancelledQueryStopsInsideItsWork) {
                   "clashd_requests_total{method=\"CheckInterference\",code=\"CANCELLED\"} 1"));
   EXPECT_THAT(body, ::testing::Not(::testing::HasSubstr(
                         "clashd_requests_total{method=\"CheckInterference\",code=\"OK\"}")));
+}
+
+// A check stopped by its deadline keeps the pairs it finished: the same check asked again
+// finds them in the pair cache (~4000 crossing pairs, far more than the deadline allows).
+TEST_F(ServerTest, ACheckStoppedByItsDeadlineKeepsItsFinishedPairs) {
+  const std::string scene = CrowdedCylinders(37);
+  auto stub = v1::QueryService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+  v1::InterferenceResponse stopped;
+  EXPECT_EQ(stub->CheckInterference(&ctx, req, &stopped).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  const auto again = client_->CheckInterference(req);
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_GT(again->summary().cached_pairs(), 0u);
+  EXPECT_LT(again->summary().cached_pairs(), again->summary().candidate_pairs());
 }
 
 TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
