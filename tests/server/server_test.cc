@@ -25,6 +25,7 @@
 #include "clash/client/client.h"
 #include "clash/geom/interference.h"
 #include "clash/geom/query.h"
+#include "clash/geom/status_macros.h"
 #include "convert.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
@@ -147,6 +148,19 @@ class ServerTest : public ::testing::Test {
     auto r = client_->AddInstances(req);
     EXPECT_THAT(r.status(), IsOk());
     return r.ok() ? r->instances(0).instance_id() : 0;
+  }
+
+  // The local tenant's stores opened directly (the server stopped), as a restart would.
+  struct Stores {
+    std::unique_ptr<PartStore> parts;
+    std::unique_ptr<SceneStore> scenes;
+  };
+  absl::StatusOr<Stores> OpenStores() {
+    const std::string tenant = dir_ + "/data/tenants/local";
+    Stores out;
+    CLASH_ASSIGN_OR_RETURN(out.parts, PartStore::Open(tenant, ServerConfig{}.max_part_triangles));
+    CLASH_ASSIGN_OR_RETURN(out.scenes, SceneStore::Open(tenant + "/scenes", out.parts.get()));
+    return out;
   }
 
   // A new scene of 90 cylinders crowded about the origin: ~4000 crossing pairs, a check that
@@ -881,19 +895,16 @@ TEST_F(ServerTest, APoseAFewMillionthsOffOrthonormalSurvivesARestart) {
   ASSERT_FALSE(X.IsValid(1e-6));
   {
     // What the server would hold for such an instance, written through its own store.
-    const std::string tenant = dir_ + "/data/tenants/local";
-    auto parts = PartStore::Open(tenant, ServerConfig{}.max_part_triangles);
-    ASSERT_THAT(parts.status(), IsOk());
-    auto scenes = SceneStore::Open(tenant + "/scenes", parts->get());
-    ASSERT_THAT(scenes.status(), IsOk());
-    auto scene = (*scenes)->Get(scene_id);
+    auto stores = OpenStores();
+    ASSERT_THAT(stores.status(), IsOk());
+    auto scene = stores->scenes->Get(scene_id);
     ASSERT_THAT(scene.status(), IsOk());
     std::unique_lock lock((*scene)->mu);
     InstanceRec* rec = (*scene)->Find(id);
     ASSERT_NE(rec, nullptr);
     (*scene)->SetPose(*rec, X);
     (*scene)->Touch();
-    ASSERT_THAT((*scenes)->Commit(**scene), IsOk());
+    ASSERT_THAT(stores->scenes->Commit(**scene), IsOk());
   }
   Start();
   auto instances = client_->ListInstances(scene_id);
@@ -1132,12 +1143,9 @@ TEST_F(ServerTest, ACheckStoppedPartWayKeepsItsFinishedPairs) {
   const std::string scene_id = CrowdedCylinders(37);
   client_.reset();
   server_.reset();
-  const std::string tenant = dir_ + "/data/tenants/local";
-  auto parts = PartStore::Open(tenant, ServerConfig{}.max_part_triangles);
-  ASSERT_THAT(parts.status(), IsOk());
-  auto scenes = SceneStore::Open(tenant + "/scenes", parts->get());
-  ASSERT_THAT(scenes.status(), IsOk());
-  auto scene = (*scenes)->Get(scene_id);
+  auto stores = OpenStores();
+  ASSERT_THAT(stores.status(), IsOk());
+  auto scene = stores->scenes->Get(scene_id);
   ASSERT_THAT(scene.status(), IsOk());
   std::shared_lock lock((*scene)->mu);
   v1::InterferenceRequest req;
