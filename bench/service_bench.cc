@@ -33,6 +33,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -921,6 +922,36 @@ void World::Register() {
           [&](int64_t, const auto& got) { return Expect("WholeScene", got, whole_fresh_key_); });
     });
   }
+  // A one-ray pick while another client keeps checking the whole scene (every pair afresh):
+  // what an interactive user sees beside a batch job. With helpers the batch check holds the
+  // second slot too, and a pick waits for the helper's current pair.
+  add("BM_PickUnderLoad/grpc", [this](benchmark::State& state) {
+    client::ClientOptions options;
+    options.target = absl::StrCat("127.0.0.1:", server_->port());
+    auto batch = client::Client::Connect(options);
+    if (!batch.ok()) {
+      state.SkipWithError(std::string(batch.status().message()).c_str());
+      return;
+    }
+    std::atomic<bool> done{false};
+    std::atomic<int> batch_checks{0};
+    std::thread load([&] {
+      while (!done.load()) {
+        v1::InterferenceRequest r;
+        r.set_scene_id(scene_id_);
+        r.set_page_size(10000);
+        const double k = static_cast<double>(batch_checks.fetch_add(1) + 1);
+        r.mutable_tolerances()->set_contact_tolerance_mm(pair_tolerance_mm_ * (1 + 1e-9 * k));
+        (void)(*batch)->CheckInterference(r);
+      }
+    });
+    TimedLoop(
+        state, "BM_PickUnderLoad/grpc", [&](int64_t) { return client_->PickRays(pick_request_); },
+        [&](int64_t, const auto& got) { return Expect("PickUnderLoad", got, pick_key_); });
+    done = true;
+    load.join();
+    state.counters["batch_checks"] = batch_checks.load();
+  });
   // 256 rays in one request.
   both(
       "PickBatch", [this](int64_t) { return client_->PickRays(pick_batch_request_); },
@@ -1047,6 +1078,12 @@ void PrintTable() {
                  "whole scene, every pair afresh, in process: p50 %s us; on one thread: %s us\n",
                  Cell("BM_WholeScene/in-process", false).c_str(),
                  Cell("BM_WholeScene/one-thread", false).c_str());
+  }
+  if (Results().contains("BM_PickUnderLoad/grpc")) {
+    std::fprintf(stderr,
+                 "ray pick, 1 ray, through gRPC while another client checks the whole scene: "
+                 "p50 / p99 %s us\n",
+                 Cell("BM_PickUnderLoad/grpc", true).c_str());
   }
   if (Results().contains("BM_PickBatch/one-thread")) {
     std::fprintf(stderr, "ray pick, 256 rays, in process on one thread: p50 / p99 %s us\n",
