@@ -896,6 +896,14 @@ void World::Register() {
       });
     }
   };
+  // BM_<query>/one-thread: the in-process run on the calling thread alone (no helper thread).
+  auto one_thread = [&add](const std::string& query, auto run, auto key) {
+    const std::string name = absl::StrCat("BM_", query, "/one-thread");
+    add(name, [=](benchmark::State& state) {
+      TimedLoop(state, name, run,
+                [&](int64_t i, const auto& got) { return Expect(query, got, key(i)); });
+    });
+  };
   // 1. The pair, repeated: the scene's pair cache answers after the first call.
   both(
       "Pair", [this](int64_t) { return client_->CheckInterference(pair_request_); },
@@ -912,16 +920,15 @@ void World::Register() {
       [this](int64_t) { return LocalPick(pick_request_); },
       [this](int64_t) -> const std::string& { return pick_key_; });
   // The whole scene, every pair classified afresh (what a batch check of an assembly does).
-  for (const bool one_thread : {false, true}) {
-    const std::string name =
-        absl::StrCat("BM_WholeScene/", one_thread ? "one-thread" : "in-process");
-    add(name, [this, name, one_thread](benchmark::State& state) {
-      TimedLoop(
-          state, name,
-          [&](int64_t) { return LocalInterference(FreshWholeSceneRequest(), one_thread); },
-          [&](int64_t, const auto& got) { return Expect("WholeScene", got, whole_fresh_key_); });
-    });
-  }
+  add("BM_WholeScene/in-process", [this](benchmark::State& state) {
+    TimedLoop(
+        state, "BM_WholeScene/in-process",
+        [&](int64_t) { return LocalInterference(FreshWholeSceneRequest()); },
+        [&](int64_t, const auto& got) { return Expect("WholeScene", got, whole_fresh_key_); });
+  });
+  one_thread(
+      "WholeScene", [this](int64_t) { return LocalInterference(FreshWholeSceneRequest(), true); },
+      [this](int64_t) -> const std::string& { return whole_fresh_key_; });
   // A one-ray pick while another client keeps checking the whole scene (every pair afresh):
   // what an interactive user sees beside a batch job. With helpers the batch check holds the
   // second slot too, and a pick waits for the helper's current pair.
@@ -957,26 +964,19 @@ void World::Register() {
       "PickBatch", [this](int64_t) { return client_->PickRays(pick_batch_request_); },
       [this](int64_t) { return LocalPick(pick_batch_request_); },
       [this](int64_t) -> const std::string& { return pick_batch_key_; });
-  add("BM_PickBatch/one-thread", [this](benchmark::State& state) {
-    TimedLoop(
-        state, "BM_PickBatch/one-thread",
-        [&](int64_t) { return LocalPick(pick_batch_request_, true); },
-        [&](int64_t, const auto& got) { return Expect("PickBatch", got, pick_batch_key_); });
-  });
+  one_thread(
+      "PickBatch", [this](int64_t) { return LocalPick(pick_batch_request_, true); },
+      [this](int64_t) -> const std::string& { return pick_batch_key_; });
   // 3. Move one instance (pose override, nothing stored) and check it against the scene.
   both(
       "MoveCheck",
       [this](int64_t i) { return client_->CheckInterference(move_requests_[i % kMovePoses]); },
       [this](int64_t i) { return LocalInterference(move_requests_[i % kMovePoses]); },
       [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
-  add("BM_MoveCheck/one-thread", [this](benchmark::State& state) {
-    TimedLoop(
-        state, "BM_MoveCheck/one-thread",
-        [&](int64_t i) { return LocalInterference(move_requests_[i % kMovePoses], true); },
-        [&](int64_t i, const auto& got) {
-          return Expect("MoveCheck", got, move_keys_[i % kMovePoses]);
-        });
-  });
+  one_thread(
+      "MoveCheck",
+      [this](int64_t i) { return LocalInterference(move_requests_[i % kMovePoses], true); },
+      [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
   add("BM_MoveCheck/fcl", [this](benchmark::State& state) {
     TimedLoop(
         state, "BM_MoveCheck/fcl", [&](int64_t i) { return FclMove(i % kMovePoses); },
@@ -1056,10 +1056,11 @@ void PrintTable() {
       {"ray pick, 256 rays", "PickBatch"},
       {"move-and-check (override)", "MoveCheck"},
       {"SetPoses + check (stored)", "StoredMoveCheck"},
+      {"whole scene, every pair afresh", "WholeScene"},
   };
   std::fprintf(stderr,
-               "\n| query | gRPC p50 / p99 us | in-process p50 / p99 us | overhead p50 us | FCL "
-               "p50 / p99 us |\n|---|---|---|---|---|\n");
+               "\n| query | gRPC p50 / p99 us | in-process p50 / p99 us | overhead p50 us | "
+               "one thread p50 / p99 us | FCL p50 / p99 us |\n|---|---|---|---|---|---|\n");
   for (const Row& row : kRows) {
     const std::string base = absl::StrCat("BM_", row.query, "/");
     auto grpc = Results().find(base + "grpc");
@@ -1069,29 +1070,16 @@ void PrintTable() {
         local->second.samples) {
       overhead = absl::StrFormat("%.1f", grpc->second.p50_us - local->second.p50_us);
     }
-    std::fprintf(stderr, "| %s | %s | %s | %s | %s |\n", row.label,
+    std::fprintf(stderr, "| %s | %s | %s | %s | %s | %s |\n", row.label,
                  Cell(base + "grpc", true).c_str(), Cell(base + "in-process", true).c_str(),
-                 overhead.c_str(), Cell(base + "fcl", true).c_str());
-  }
-  if (Results().contains("BM_WholeScene/in-process")) {
-    std::fprintf(stderr,
-                 "whole scene, every pair afresh, in process: p50 %s us; on one thread: %s us\n",
-                 Cell("BM_WholeScene/in-process", false).c_str(),
-                 Cell("BM_WholeScene/one-thread", false).c_str());
+                 overhead.c_str(), Cell(base + "one-thread", true).c_str(),
+                 Cell(base + "fcl", true).c_str());
   }
   if (Results().contains("BM_PickUnderLoad/grpc")) {
     std::fprintf(stderr,
                  "ray pick, 1 ray, through gRPC while another client checks the whole scene: "
                  "p50 / p99 %s us\n",
                  Cell("BM_PickUnderLoad/grpc", true).c_str());
-  }
-  if (Results().contains("BM_PickBatch/one-thread")) {
-    std::fprintf(stderr, "ray pick, 256 rays, in process on one thread: p50 / p99 %s us\n",
-                 Cell("BM_PickBatch/one-thread", true).c_str());
-  }
-  if (Results().contains("BM_MoveCheck/one-thread")) {
-    std::fprintf(stderr, "move-and-check in process on one thread: p50 / p99 %s us\n",
-                 Cell("BM_MoveCheck/one-thread", true).c_str());
   }
   if (Results().contains("BM_GetScene/grpc-stub")) {
     std::fprintf(stderr, "GetScene on a bare generated stub: p50 / p99 %s us\n",

@@ -32,6 +32,13 @@ bool WaitFor(Pred&& pred) {
   return true;
 }
 
+// A query limiter whose first slot the test holds, as the running query's own.
+struct RunningQuery {
+  RunningQuery(int slots, int queue) : limiter("test", slots, queue), own(*limiter.Acquire({})) {}
+  WorkLimiter limiter;
+  WorkLimiter::Permit own;
+};
+
 TEST(QueryHelpers, RunsEveryItemOnceAndOnlyThenReturns) {
   QueryHelpers helpers(3, nullptr);
   for (std::size_t n : {0u, 1u, 2u, 7u, 1000u}) {
@@ -49,9 +56,8 @@ TEST(QueryHelpers, RunsEveryItemOnceAndOnlyThenReturns) {
 // Each thread's first item waits until both the caller and a helper have started one: a
 // helper must join while the caller is busy (whichever of them claims item 0).
 TEST(QueryHelpers, HelpersJoinWhileTheCallerWorks) {
-  WorkLimiter limiter("test", 2, 4);
-  auto own = limiter.Acquire({});  // the query's own slot
-  ASSERT_TRUE(own.ok());
+  RunningQuery running(2, 4);
+  WorkLimiter& limiter = running.limiter;
   QueryHelpers helpers(1, &limiter);
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<bool> caller_started{false}, helper_started{false};
@@ -80,9 +86,8 @@ TEST(QueryHelpers, HelpersJoinWhileTheCallerWorks) {
 // while the helper holds the spare slot waits for it (the helper leaves) instead of getting
 // RESOURCE_EXHAUSTED; the gauges count queries and helpers apart.
 TEST(QueryHelpers, ASpareSlotIsAPlaceToWait) {
-  WorkLimiter limiter("test", 2, 0);
-  auto own = limiter.Acquire({});
-  ASSERT_TRUE(own.ok());
+  RunningQuery running(2, 0);
+  WorkLimiter& limiter = running.limiter;
   std::optional<WorkLimiter::Permit> spare = limiter.TryAcquireSpare();
   ASSERT_TRUE(spare.has_value());
   EXPECT_EQ(limiter.running(), 1);
@@ -104,9 +109,8 @@ TEST(QueryHelpers, ASpareSlotIsAPlaceToWait) {
 
 // Every slot busy: helpers stay away and the caller runs every item.
 TEST(QueryHelpers, NoIdleSlotMeansNoHelp) {
-  WorkLimiter limiter("test", 1, 4);
-  auto own = limiter.Acquire({});
-  ASSERT_TRUE(own.ok());
+  RunningQuery running(1, 4);
+  WorkLimiter& limiter = running.limiter;
   QueryHelpers helpers(2, &limiter);
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<int> elsewhere{0};
@@ -124,9 +128,8 @@ TEST(QueryHelpers, NoIdleSlotMeansNoHelp) {
 // A query that waits for a slot gets the helper's: the helper leaves after its item, and the
 // caller finishes the batch alone.
 TEST(QueryHelpers, AHelperLeavesWhenAQueryWaits) {
-  WorkLimiter limiter("test", 2, 4);
-  auto own = limiter.Acquire({});
-  ASSERT_TRUE(own.ok());
+  RunningQuery running(2, 4);
+  WorkLimiter& limiter = running.limiter;
   QueryHelpers helpers(1, &limiter);
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<bool> waiter_has_slot{false};

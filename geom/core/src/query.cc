@@ -573,15 +573,6 @@ bool TrianglesAt(const Part& part, const Vec3& p, double radius, uint32_t v, uin
   return fits;
 }
 
-// Unit normal of triangle `tri` (zero for a degenerate one).
-Vec3 UnitNormal(const TriangleMesh& m, uint32_t tri) {
-  const auto& t = m.triangles()[tri];
-  const auto& v = m.vertices();
-  const Vec3 n = (v[t[1]] - v[t[0]]).cross(v[t[2]] - v[t[0]]);
-  const double len = n.norm();
-  return len > 0.0 ? Vec3(n / len) : Vec3::Zero();
-}
-
 // Angle-weighted normal of the triangles `fan` about vertex v, or nullopt unless they form one
 // closed fan (each edge out of v used once each way, one cycle through all of them): at a
 // pinched vertex the pseudo-normal does not tell the side. Also nullopt when the weighted
@@ -630,10 +621,9 @@ std::optional<bool> InsideFromClosestFace(const Part& q, const Vec3& p,
   constexpr double kClearCosine = 1e-3;
   const TriangleMesh& m = q.mesh();
   const auto& t = m.triangles()[d.triangle];
-  const auto& v = m.vertices();
-  const Vec3 n = (v[t[1]] - v[t[0]]).cross(v[t[2]] - v[t[0]]);
-  const double nn = n.squaredNorm();
-  if (!(nn > 0.0) || !(d.distance > 0.0) || !m.IsClosed()) return std::nullopt;
+  const Triangle tri = m.triangle(d.triangle);
+  const std::optional<Vec3> bary = Barycentric(tri, d.p_PC);
+  if (!bary || !(d.distance > 0.0) || !m.IsClosed()) return std::nullopt;
   const Vec3 to_p = p - d.p_PC;
   auto side = [&](const Vec3& normal) -> std::optional<bool> {
     const double s = to_p.dot(normal);
@@ -643,8 +633,7 @@ std::optional<bool> InsideFromClosestFace(const Part& q, const Vec3& p,
   int near_edge = -1;  // the vertex opposite the edge the closest point lies on
   int near_edges = 0;
   for (int i = 0; i < 3; ++i) {
-    const Vec3 sub = (v[t[(i + 1) % 3]] - d.p_PC).cross(v[t[(i + 2) % 3]] - d.p_PC);
-    if (!(sub.dot(n) > kInteriorMargin * nn)) {
+    if (!((*bary)[i] > kInteriorMargin)) {
       near_edge = i;
       ++near_edges;
     }
@@ -652,17 +641,17 @@ std::optional<bool> InsideFromClosestFace(const Part& q, const Vec3& p,
   if (near_edges == 0) {
     // p - closest is along the normal when the closest point is inside the face; anything
     // else is rounding trouble, left to the rays.
-    const double s = to_p.dot(n) / std::sqrt(nn);
+    const double s = to_p.dot(tri.RawNormal().normalized());
     if (!(std::abs(s) >= 0.999 * d.distance)) return std::nullopt;
     return s < 0.0;
   }
   // The triangles sharing the feature are within the closest distance of p (up to rounding).
   const double longest =
-      std::sqrt(std::max({(v[t[1]] - v[t[0]]).squaredNorm(), (v[t[2]] - v[t[1]]).squaredNorm(),
-                          (v[t[0]] - v[t[2]]).squaredNorm()}));
+      std::sqrt(std::max({(tri.b - tri.a).squaredNorm(), (tri.c - tri.b).squaredNorm(),
+                          (tri.a - tri.c).squaredNorm()}));
   const double radius = d.distance * (1.0 + 1e-6) + 1e-9 * longest;
   for (int i = 0; i < 3; ++i) {
-    if (d.p_PC != v[t[i]]) continue;
+    if (d.p_PC != tri[i]) continue;
     absl::InlinedVector<uint32_t, 16> fan;
     if (!TrianglesAt(q, p, radius, t[i], t[i], kMaxFanTriangles, &fan)) return std::nullopt;
     const std::optional<Vec3> normal = VertexPseudoNormal(m, t[i], fan);
@@ -672,7 +661,8 @@ std::optional<bool> InsideFromClosestFace(const Part& q, const Vec3& p,
   const uint32_t a = t[(near_edge + 1) % 3], b = t[(near_edge + 2) % 3];
   absl::InlinedVector<uint32_t, 16> pair;
   if (!TrianglesAt(q, p, radius, a, b, 2, &pair) || pair.size() != 2) return std::nullopt;
-  const Vec3 normal = UnitNormal(m, pair[0]) + UnitNormal(m, pair[1]);
+  const Vec3 normal =
+      m.triangle(pair[0]).RawNormal().normalized() + m.triangle(pair[1]).RawNormal().normalized();
   if (!(normal.norm() > 2.0 * kMinPseudoNormal)) return std::nullopt;  // folded flat
   return side(normal);
 }
