@@ -335,10 +335,12 @@ void WalkRayLeaves(const Part& part, const internal::PreparedRay& r,
   }
 }
 
-// True when the AVX2 kernels take a ray: they are selected (the processor has them) and the
-// ray tree can bound the ray.
-bool TakesAvx2(const Part& part, const internal::PreparedRayF& rf) {
-  return TakesRayTree(part, rf) && internal::ActiveRayKernel() == internal::RayKernel::kAvx2;
+// True when the AVX2 kernels take a ray: they are selected (the processor has them), the ray
+// tree can bound the ray and the ray starts at t_min >= 0 (what their box test assumes; a ray
+// reaching behind its origin takes the SSE2 walk).
+bool TakesAvx2(const Part& part, const internal::PreparedRay& r, const internal::PreparedRayF& rf) {
+  return r.t_min >= 0.0 && TakesRayTree(part, rf) &&
+         internal::ActiveRayKernel() == internal::RayKernel::kAvx2;
 }
 
 }  // namespace
@@ -348,7 +350,7 @@ std::optional<RayHit> CastRay(const Part& part, const RigidTransform& X_WP, cons
   const internal::PreparedRayF rf(r, part.ray_bvh().ref());
   double t_max = r.t_max;
   internal::ClosestHit best;
-  if (TakesAvx2(part, rf)) {
+  if (TakesAvx2(part, r, rf)) {
     internal::ClosestHitAvx2(part, r, rf, &t_max, &best);
   } else {
     WalkRayLeaves(part, r, rf, &t_max, [&](uint32_t first, uint32_t count, double* tm) {
@@ -365,7 +367,7 @@ std::optional<RayHit> CastRay(const Part& part, const RigidTransform& X_WP, cons
 bool RayHitsAny(const Part& part, const RigidTransform& X_WP, const Ray& ray_W) {
   const internal::PreparedRay r(ray_W.InFrameOf(X_WP));
   const internal::PreparedRayF rf(r, part.ray_bvh().ref());
-  if (TakesAvx2(part, rf)) return internal::AnyHitAvx2(part, r, rf);
+  if (TakesAvx2(part, r, rf)) return internal::AnyHitAvx2(part, r, rf);
   double t_max = r.t_max;
   bool hit = false;
   WalkRayLeaves(part, r, rf, &t_max, [&](uint32_t first, uint32_t count, double*) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cstring>
 
 #include "ray_bvh_internal.h"
@@ -135,31 +136,49 @@ CLASH_AVX2 bool ForHitGroups(const LeafArrays& m, const PreparedRay& r, uint32_t
 // The single-precision ray of PreparedRayF laid out for an 8-lane box test: per axis, lanes
 // 0-3 take the near planes of a node's four children and lanes 4-7 their far planes, whose
 // parameters are negated so that one max accumulates both (max(-a, -b) = -min(a, b) exactly).
+//
+// The widening of IntersectNode (entry lowered, exit raised by kWiden relative) is folded into
+// the inverse direction: the near lanes multiply by 1/d shrunk by kWiden, the far lanes by 1/d
+// grown by kWiden. That lowers every positive entry parameter and raises every positive exit
+// parameter by more than the rounding of the test (3 units of 2^-24 and the float conversion of
+// the scaled inverse); a negative parameter moves the other way, which only matters below the
+// entry bound: so the ray must have t_min >= 0 (an entry bound >= 0 dominates every negative
+// entry; a negative exit means the box lies behind the origin, where its sign is exact because
+// the subtraction of floats is).
 struct RayLanes8 {
   __m256 o[3];            // origin rounded for the near plane (lanes 0-3), the far (4-7)
-  __m256 inv[3];          // 1/d (lanes 0-3), -1/d (4-7)
+  __m256 inv[3];          // 1/d shrunk (lanes 0-3), -1/d grown (4-7)
   __m128i near_first[3];  // byte order putting a node's near planes first
   __m128 tn0;             // entry bound
 
-  CLASH_AVX2 explicit RayLanes8(const PreparedRayF& r, double t_min) {
-    const __m128 sign = _mm_set1_ps(-0.0f);
+  CLASH_AVX2 RayLanes8(const PreparedRay& r, const PreparedRayF& rf) {
+    assert(r.t_min >= 0.0);
+    constexpr double kShrink = 1.0 - PreparedRayF::kWiden, kGrow = 1.0 + PreparedRayF::kWiden;
     for (int a = 0; a < 3; ++a) {
-      o[a] = _mm256_insertf128_ps(_mm256_castps128_ps256(r.o_near[a]), r.o_far[a], 1);
-      inv[a] =
-          _mm256_insertf128_ps(_mm256_castps128_ps256(r.inv[a]), _mm_xor_ps(r.inv[a], sign), 1);
-      near_first[a] = r.near_side[a] == 0
+      o[a] = _mm256_insertf128_ps(_mm256_castps128_ps256(rf.o_near[a]), rf.o_far[a], 1);
+      const double inv_scaled = r.inv_dir[a] * rf.t_scale;  // exact (+-inf for a zero d)
+      inv[a] = _mm256_insertf128_ps(
+          _mm256_castps128_ps256(_mm_set1_ps(static_cast<float>(inv_scaled * kShrink))),
+          _mm_set1_ps(static_cast<float>(-inv_scaled * kGrow)), 1);
+      near_first[a] = rf.near_side[a] == 0
                           ? _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1)
                           : _mm_setr_epi8(4, 5, 6, 7, 0, 1, 2, 3, -1, -1, -1, -1, -1, -1, -1, -1);
     }
-    tn0 = _mm_set1_ps(r.Lower(t_min));
+    tn0 = _mm_set1_ps(rf.Lower(r.t_min));
   }
 };
 
-// IntersectNode (ray_bvh_internal.h) on 8 lanes: the same operations on the same values, so
-// the same mask and entry parameters bit for bit.
+// The box test of IntersectNode (ray_bvh_internal.h) on 8 lanes, with the widening folded into
+// the inverse direction (see RayLanes8) and the three axes combined as a tree. Its mask may
+// differ from IntersectNode's in the last bits of a box's boundary, never by culling a box the
+// ray touches; the leaves decide the answer, so it is the same bit for bit.
+//
+// A NaN parameter (the origin on the plane of an axis the ray runs parallel to: the ray is in
+// that slab) drops out of a max when it is the first operand, and at worst takes a second
+// axis's constraint with it, which only lets more boxes through.
 CLASH_AVX2 inline int IntersectNode8(const RayNode& n, const RayLanes8& r, float tf, float t[4]) {
   const __m128 sign = _mm_set1_ps(-0.0f);
-  __m256 acc = _mm256_insertf128_ps(_mm256_castps128_ps256(r.tn0), _mm_set1_ps(-tf), 1);
+  __m256 ta[3];
 #pragma GCC unroll 3
   for (int a = 0; a < 3; ++a) {
     // Lower planes, then upper planes (8 bytes), near ones first.
@@ -168,11 +187,10 @@ CLASH_AVX2 inline int IntersectNode8(const RayNode& n, const RayLanes8& r, float
     const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
     const __m256 planes = _mm256_add_ps(_mm256_broadcast_ss(&n.origin[a]),
                                         _mm256_mul_ps(q, _mm256_broadcast_ss(&n.scale[a])));
-    acc = _mm256_max_ps(_mm256_mul_ps(_mm256_sub_ps(planes, r.o[a]), r.inv[a]), acc);
+    ta[a] = _mm256_mul_ps(_mm256_sub_ps(planes, r.o[a]), r.inv[a]);
   }
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  acc = _mm256_sub_ps(
-      acc, _mm256_mul_ps(_mm256_and_ps(acc, abs_mask), _mm256_set1_ps(PreparedRayF::kWiden)));
+  const __m256 bounds = _mm256_insertf128_ps(_mm256_castps128_ps256(r.tn0), _mm_set1_ps(-tf), 1);
+  const __m256 acc = _mm256_max_ps(_mm256_max_ps(ta[0], ta[1]), _mm256_max_ps(ta[2], bounds));
   const __m128 tn = _mm256_castps256_ps128(acc);
   const __m128 tf4 = _mm_xor_ps(_mm256_extractf128_ps(acc, 1), sign);
   const __m128i refs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(n.child));
@@ -210,7 +228,7 @@ template <typename OnHits>
 CLASH_AVX2 bool WalkAvx2(const Part& part, const PreparedRay& r, const PreparedRayF& rf,
                          double* t_max, OnHits&& on_hits) {
   const LeafArrays m(part);
-  const RayLanes8 r8(rf, r.t_min);
+  const RayLanes8 r8(r, rf);
   bool stopped = false;
   WithPermutation(r, [&]<int KX, int KY, int KZ>() CLASH_AVX2 {
     WalkRayNodes(

@@ -45,7 +45,7 @@ bool LeafAnyScalar(const Part& part, const PreparedRay& r, uint32_t first, uint3
 /// The closest hit of a ray (part frame) over the part's ray tree, AVX2 throughout: an 8-lane
 /// box test (near and far planes of four children at once) and four triangles at a time.
 /// Same answer as WalkRayBvh with LeafClosestScalar, bit for bit. Only where Avx2Supported(),
-/// rf.usable and the part has a ray tree.
+/// rf.usable, the part has a ray tree and r.t_min >= 0.
 void ClosestHitAvx2(const Part& part, const PreparedRay& r, const PreparedRayF& rf, double* t_max,
                     ClosestHit* best);
 /// Whether the ray hits the part within [r.t_min, r.t_max]; as ClosestHitAvx2.
