@@ -31,6 +31,10 @@ using geom::RigidTransform;
 // Pairs between two stop checks.
 constexpr int kStopEvery = 16;
 
+// A distance query with a set of at most this many instances pairs each of them with every
+// instance of the other set; larger sets are swept along x.
+constexpr std::size_t kDirectDistanceSet = 16;
+
 // An instance with the pose a query uses (stored or overridden).
 struct Posed {
   const InstanceRec* rec = nullptr;
@@ -576,37 +580,116 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
   if (request.has_set_b()) {
     CLASH_ASSIGN_OR_RETURN(set_b, SelectInstances(scene, request.set_b()));
   }
-  // Every valid pair with the distance between its boxes, a lower bound of its distance.
+  const double limit = request.max_distance_mm() > 0 ? request.max_distance_mm()
+                                                     : std::numeric_limits<double>::infinity();
+  const bool two_sets = request.has_set_b();
+  // The instances of either set, each once, with a vertex of its part in the world: a point
+  // of its surface, so that the distance between two such points bounds the pair's distance
+  // from above.
+  struct Member {
+    Posed posed;
+    geom::Vec3 point_W;
+    bool in_a = false;
+    bool in_b = false;
+  };
+  std::vector<Member> members;
+  absl::flat_hash_map<uint64_t, std::size_t> index;
+  auto enlist = [&](const InstanceRec* r, bool in_a) {
+    auto [it, fresh] = index.try_emplace(r->id, members.size());
+    if (fresh) {
+      Member m;
+      m.posed = posed.Get(*r);
+      const auto& vertices = r->part->geom->mesh().vertices();
+      if (m.posed.box.IsEmpty() || vertices.empty()) {  // no surface: no distance
+        index.erase(it);
+        return;
+      }
+      m.point_W = m.posed.X_WP * vertices.front();
+      members.push_back(m);
+    }
+    (in_a ? members[it->second].in_a : members[it->second].in_b) = true;
+  };
+  for (const InstanceRec* r : set_a) enlist(r, true);
+  for (const InstanceRec* r : set_b) enlist(r, false);
+  // Candidate pairs: the valid pairs whose box distance (a lower bound of their distance) is
+  // within both the limit and `bound`, an upper bound of the answer that comes down as pairs
+  // are listed (the distance between the two surface points of a pair, grown by far more than
+  // its rounding). Not the n^2 / 2 pairs of a whole scene (2 million for 2000 instances), each
+  // hashed and sorted, as before.
   struct Candidate {
     double lower;
     const InstanceRec* a;
     const InstanceRec* b;
   };
   std::vector<Candidate> candidates;
-  std::vector<Posed> pa;
-  for (const InstanceRec* r : set_a) pa.push_back(posed.Get(*r));
-  std::vector<Posed> pb;
-  for (const InstanceRec* r : set_b) pb.push_back(posed.Get(*r));
-  const double limit = request.max_distance_mm() > 0 ? request.max_distance_mm()
-                                                     : std::numeric_limits<double>::infinity();
-  absl::flat_hash_set<std::pair<uint64_t, uint64_t>> seen;
-  auto add = [&](const Posed& x, const Posed& y) {
-    if (x.rec->id == y.rec->id) return;
-    const double lower = x.box.Distance(y.box);
-    if (lower > limit) return;
-    auto key = std::minmax(x.rec->id, y.rec->id);
-    if (!seen.insert({key.first, key.second}).second) return;
-    candidates.push_back({lower, x.rec, y.rec});
+  double bound = limit;
+  auto can_pair = [&](const Member& x, const Member& y) {
+    return two_sets ? (x.in_a && y.in_b) || (x.in_b && y.in_a) : true;
   };
-  if (request.has_set_b()) {
-    for (const Posed& x : pa) {
-      for (const Posed& y : pb) add(x, y);
+  auto tighten = [&](const Member& x, const Member& y) {
+    const double magnitude = x.point_W.cwiseAbs().maxCoeff() + y.point_W.cwiseAbs().maxCoeff();
+    bound = std::min(bound, (x.point_W - y.point_W).norm() * (1.0 + 1e-9) + 1e-9 * magnitude);
+  };
+  // A valid pair (x, y): listed when its boxes are within the bound, as (a, b) with a from
+  // set_a when only one order is valid, else the smaller id first.
+  auto consider = [&](const Member& x, const Member& y) {
+    const double lower = x.posed.box.Distance(y.posed.box);
+    if (!(lower <= bound)) return;
+    const bool x_first = two_sets ? x.in_a && y.in_b : true;
+    const bool both_orders = two_sets ? x_first && y.in_a && x.in_b : true;
+    const bool keep_order = both_orders ? x.posed.rec->id < y.posed.rec->id : x_first;
+    candidates.push_back(keep_order ? Candidate{lower, x.posed.rec, y.posed.rec}
+                                    : Candidate{lower, y.posed.rec, x.posed.rec});
+    tighten(x, y);
+  };
+  std::size_t n_a = 0, n_b = 0;
+  for (const Member& m : members) n_a += m.in_a, n_b += m.in_b;
+  if (two_sets && std::min(n_a, n_b) <= kDirectDistanceSet) {
+    // One small set (a dragged part against the scene): each of its members against all.
+    const bool small_is_a = n_a <= n_b;
+    auto in_small = [&](const Member& m) { return small_is_a ? m.in_a : m.in_b; };
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (!in_small(members[i])) continue;
+      if (stop) CLASH_RETURN_IF_ERROR(stop());
+      for (std::size_t j = 0; j < members.size(); ++j) {
+        if (j == i || !can_pair(members[i], members[j])) continue;
+        if (in_small(members[j]) && j < i) continue;  // listed from j already
+        consider(members[i], members[j]);
+      }
     }
   } else {
-    for (std::size_t i = 0; i < pa.size(); ++i) {
-      for (std::size_t j = i + 1; j < pa.size(); ++j) add(pa[i], pa[j]);
+    // A sweep along x in order of the boxes' lower x: each member against those that start
+    // within the bound of its box's upper x. A first bound in linear time, so that it does not
+    // start unbounded: one member of set_a against every member, and each member against its
+    // successor in x.
+    std::sort(members.begin(), members.end(), [](const Member& x, const Member& y) {
+      if (x.posed.box.min.x() != y.posed.box.min.x()) {
+        return x.posed.box.min.x() < y.posed.box.min.x();
+      }
+      return x.posed.rec->id < y.posed.rec->id;
+    });
+    for (const Member& x : members) {
+      if (!x.in_a) continue;
+      for (const Member& y : members) {
+        if (&x != &y && can_pair(x, y)) tighten(x, y);
+      }
+      break;
+    }
+    for (std::size_t i = 0; i + 1 < members.size(); ++i) {
+      if (can_pair(members[i], members[i + 1])) tighten(members[i], members[i + 1]);
+    }
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (i % 256 == 255 && stop) CLASH_RETURN_IF_ERROR(stop());
+      const Member& x = members[i];
+      for (std::size_t j = i + 1; j < members.size(); ++j) {
+        const Member& y = members[j];
+        if (y.posed.box.min.x() - x.posed.box.max.x() > bound) break;  // and so are all after
+        if (can_pair(x, y)) consider(x, y);
+      }
     }
   }
+  // Pairs listed before the bound came down to below their lower bound cannot be the answer.
+  std::erase_if(candidates, [&](const Candidate& c) { return c.lower > bound; });
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& p, const Candidate& q) {
     if (p.lower != q.lower) return p.lower < q.lower;
     return std::pair(p.a->id, p.b->id) < std::pair(q.a->id, q.b->id);

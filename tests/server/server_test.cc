@@ -137,6 +137,36 @@ class ServerTest : public ::testing::Test {
     return scene.ok() ? scene->scene_id() : std::string();
   }
 
+  // A new scene of n instances of four small parts (two boxes, a subdivided box, a cylinder)
+  // at random poses within `radius` of the origin.
+  struct RandomScene {
+    std::string id;
+    std::vector<std::shared_ptr<const geom::Part>> parts;  // by kind
+    std::vector<uint64_t> ids;                             // by instance
+    std::vector<int> kind;
+    std::vector<RigidTransform> poses;  // as the server reads them
+  };
+  RandomScene MakeRandomScene(std::mt19937& rng, int n, double radius) {
+    const std::vector<RawMesh> meshes = {MakeBox(Vec3(3, 2, 1)), MakeBox(Vec3(1, 1, 6)),
+                                         testing::MakeSubdividedBox(Vec3(2, 2, 2), 3),
+                                         testing::MakeCylinder(1.5, 5, 24)};
+    RandomScene out;
+    std::vector<std::string> part_ids;
+    for (std::size_t i = 0; i < meshes.size(); ++i) {
+      part_ids.push_back(Upload(meshes[i], "m" + std::to_string(i)));
+      out.parts.push_back(meshes[i].Part());
+    }
+    out.id = NewScene();
+    for (int i = 0; i < n; ++i) {
+      const int k = static_cast<int>(rng() % meshes.size());
+      const RigidTransform X = FromPose(ToPose(testing::RandomPose(rng, radius)));
+      out.ids.push_back(Place(out.id, part_ids[k], X, "i" + std::to_string(i)));
+      out.kind.push_back(k);
+      out.poses.push_back(X);
+    }
+    return out;
+  }
+
   uint64_t Place(const std::string& scene, const std::string& part, const RigidTransform& X,
                  const std::string& path) {
     v1::AddInstancesRequest req;
@@ -517,32 +547,118 @@ TEST_F(ServerTest, AllowedInterferenceIsReportedAsSuppressed) {
   EXPECT_FALSE(r->clashes(0).suppressed());
 }
 
+// ComputeDistance against the minimum of Distance over every valid pair, for every shape of
+// request: one set (any two of its instances), two disjoint sets, two overlapping sets (a pair
+// in both counts once; an instance is never paired with itself), a max_distance that leaves
+// some requests with no pair, and pose overrides. The instances are spread out so that most
+// answers are a true gap, not 0.
+TEST_F(ServerTest, ComputeDistanceMatchesBruteForceForEveryKindOfSet) {
+  std::mt19937 rng = testing::SeededRng(71);
+  RandomScene world = MakeRandomScene(rng, testing::Trials(40, 16), 120);
+  const std::string& scene = world.id;
+  const std::vector<std::shared_ptr<const geom::Part>>& parts = world.parts;
+  const std::vector<uint64_t>& ids = world.ids;
+  const std::vector<int>& kind = world.kind;
+  std::vector<RigidTransform>& poses = world.poses;
+  const int n = static_cast<int>(ids.size());
+  int gaps = 0, not_found = 0, overlapping = 0;
+  const int trials = 24;
+  for (int t = 0; t < trials; ++t) {
+    v1::DistanceRequest req;
+    req.set_scene_id(scene);
+    std::vector<bool> in_a(n, false), in_b(n, false);
+    const int shape = t % 4;  // 0: one set, 1: disjoint, 2: overlapping, 3: all instances
+    for (int i = 0; i < n; ++i) {
+      const unsigned r = rng() % 4;
+      if (shape == 3) {
+        in_a[i] = true;
+      } else if (shape == 0) {
+        in_a[i] = r < 2;
+      } else if (shape == 1) {
+        in_a[i] = r == 0;
+        in_b[i] = r >= 2;
+      } else {
+        in_a[i] = r <= 1;
+        in_b[i] = r >= 1;
+      }
+      if (in_a[i] && shape != 3) req.mutable_set_a()->add_instance_ids(ids[i]);
+      if (in_b[i]) req.mutable_set_b()->add_instance_ids(ids[i]);
+    }
+    const bool two_sets = shape == 1 || shape == 2;
+    if (two_sets && req.set_b().instance_ids().empty()) continue;
+    // What-if poses for two instances on odd trials.
+    std::vector<RigidTransform> X = poses;
+    if (t % 2 == 1) {
+      for (int m = 0; m < 2; ++m) {
+        const int i = static_cast<int>(rng() % n);
+        X[i] = FromPose(ToPose(testing::RandomPose(rng, 120)));
+        v1::PoseUpdate* u = req.add_pose_overrides();
+        u->set_instance_id(ids[i]);
+        *u->mutable_pose() = ToPose(X[i]);
+      }
+    }
+    // The oracle: every valid pair once.
+    double best = std::numeric_limits<double>::infinity();
+    int valid = 0;
+    for (int i = 0; i < n; ++i) {
+      for (int j = i + 1; j < n; ++j) {
+        const bool ok =
+            two_sets ? (in_a[i] && in_b[j]) || (in_a[j] && in_b[i]) : in_a[i] && in_a[j];
+        if (!ok) continue;
+        ++valid;
+        best =
+            std::min(best, geom::Distance(*parts[kind[i]], X[i], *parts[kind[j]], X[j]).distance);
+      }
+    }
+    if (valid == 0) continue;
+    // Every third trial: a limit just below or above the answer.
+    double limit = 0;
+    if (t % 3 == 2) limit = best > 0 ? best * ((t / 3) % 2 ? 2.0 : 0.5) : 1.0;
+    req.set_max_distance_mm(limit);
+    auto d = client_->ComputeDistance(req);
+    ASSERT_THAT(d.status(), IsOk()) << "trial " << t;
+    const bool expect_found = limit == 0 || best <= limit;
+    ASSERT_EQ(d->found(), expect_found) << "trial " << t << ": best " << best << " limit " << limit;
+    EXPECT_LE(d->pairs_measured(), static_cast<uint64_t>(valid));
+    if (!expect_found) {
+      ++not_found;
+      continue;
+    }
+    EXPECT_NEAR(d->distance_mm(), best, 1e-9) << "trial " << t;
+    gaps += best > 0;
+    overlapping += shape == 2;
+    // The pair reported is a valid pair at that distance, and the points are that far apart.
+    const auto ia = std::find(ids.begin(), ids.end(), d->instance_a()) - ids.begin();
+    const auto ib = std::find(ids.begin(), ids.end(), d->instance_b()) - ids.begin();
+    ASSERT_LT(ia, n);
+    ASSERT_LT(ib, n);
+    EXPECT_NE(ia, ib);
+    EXPECT_TRUE(two_sets ? (in_a[ia] && in_b[ib]) || (in_a[ib] && in_b[ia]) : in_a[ia] && in_a[ib])
+        << "trial " << t;
+    EXPECT_NEAR(geom::Distance(*parts[kind[ia]], X[ia], *parts[kind[ib]], X[ib]).distance, best,
+                1e-9);
+    EXPECT_NEAR((Vec3(d->point_a_mm().x(), d->point_a_mm().y(), d->point_a_mm().z()) -
+                 Vec3(d->point_b_mm().x(), d->point_b_mm().y(), d->point_b_mm().z()))
+                    .norm(),
+                best, 1e-6);
+  }
+  EXPECT_GE(gaps, trials / 3);  // mostly true gaps, not touching pairs
+  EXPECT_GE(not_found, 2);      // the limit below the answer was exercised
+  EXPECT_GE(overlapping, 2);
+}
+
 // Random scenes: CheckInterference (broad phase + cache + overrides) equals ClassifyPair over
 // every pair; ComputeDistance equals the minimum of Distance over every pair; PickRays equals
 // the nearest CastRay over every instance.
 TEST_F(ServerTest, SceneQueriesMatchBruteForceOverAllPairs) {
   std::mt19937 rng = testing::SeededRng(7);
-  std::vector<RawMesh> meshes = {MakeBox(Vec3(3, 2, 1)), MakeBox(Vec3(1, 1, 6)),
-                                 testing::MakeSubdividedBox(Vec3(2, 2, 2), 3),
-                                 testing::MakeCylinder(1.5, 5, 24)};
-  std::vector<std::string> part_ids;
-  std::vector<std::shared_ptr<const geom::Part>> parts;
-  for (std::size_t i = 0; i < meshes.size(); ++i) {
-    part_ids.push_back(Upload(meshes[i], "m" + std::to_string(i)));
-    parts.push_back(meshes[i].Part());
-  }
-  const std::string scene = NewScene();
-  const int n = testing::Trials(60, 20);
-  std::vector<uint64_t> ids;
-  std::vector<int> kind;
-  std::vector<RigidTransform> poses;
-  for (int i = 0; i < n; ++i) {
-    const int k = static_cast<int>(rng() % meshes.size());
-    const RigidTransform X = FromPose(ToPose(testing::RandomPose(rng, 15)));
-    ids.push_back(Place(scene, part_ids[k], X, "i" + std::to_string(i)));
-    kind.push_back(k);
-    poses.push_back(X);
-  }
+  RandomScene world = MakeRandomScene(rng, testing::Trials(60, 20), 15);
+  const std::string& scene = world.id;
+  const std::vector<std::shared_ptr<const geom::Part>>& parts = world.parts;
+  const std::vector<uint64_t>& ids = world.ids;
+  const std::vector<int>& kind = world.kind;
+  std::vector<RigidTransform>& poses = world.poses;
+  const int n = static_cast<int>(ids.size());
   const double tau = 0.05;
   const double clearance = 0.8;
   auto expect_matches = [&](const std::map<uint64_t, RigidTransform>& overrides) {
