@@ -169,6 +169,11 @@ std::string Key(const v1::InterferenceResponse& r) {
   return s;
 }
 
+std::string Key(const v1::DistanceResponse& r) {
+  return absl::StrFormat("%d:%d:%d:%.17g:%d", r.found(), r.instance_a(), r.instance_b(),
+                         r.distance_mm(), r.pairs_measured());
+}
+
 std::string Key(const v1::PickResponse& r) {
   std::string s;
   for (const v1::PickHit& h : r.hits()) {
@@ -339,6 +344,8 @@ class World {
   // query slots when the other is idle; `one_thread`: on the calling thread only.
   [[nodiscard]] absl::StatusOr<v1::InterferenceResponse> LocalInterference(
       const v1::InterferenceRequest& request, bool one_thread = false) const;
+  [[nodiscard]] absl::StatusOr<v1::DistanceResponse> LocalDistance(
+      const v1::DistanceRequest& request) const;
   [[nodiscard]] absl::StatusOr<v1::PickResponse> LocalPick(const v1::PickRequest& request,
                                                            bool one_thread = false) const;
   // A stored move and the check of the moved instance, through gRPC and in process.
@@ -377,6 +384,8 @@ class World {
   std::vector<v1::Pose> move_poses_;
   std::vector<RigidTransform> move_X_;  // As the server reads move_poses_.
   std::vector<v1::InterferenceRequest> move_requests_;
+  v1::DistanceRequest distance_request_;        // the moved instance (first pose) vs the rest
+  v1::DistanceRequest whole_distance_request_;  // any two instances of the scene
   v1::InterferenceRequest stored_request_;
 
   // Checked answers.
@@ -384,6 +393,8 @@ class World {
   std::string pair_fresh_key_;
   std::string pick_key_;
   std::string pick_batch_key_;
+  std::string distance_key_;
+  std::string whole_distance_key_;
   std::string whole_fresh_key_;
   std::vector<std::string> move_keys_;
   std::vector<std::set<uint64_t>> fcl_keys_;
@@ -510,6 +521,12 @@ absl::StatusOr<v1::InterferenceResponse> World::LocalInterference(
                                  one_thread ? nullptr : local_helpers_.get());
 }
 
+absl::StatusOr<v1::DistanceResponse> World::LocalDistance(
+    const v1::DistanceRequest& request) const {
+  std::shared_lock lock(scene_->mu);
+  return server::RunDistance(*scene_, request, nullptr);
+}
+
 absl::StatusOr<v1::PickResponse> World::LocalPick(const v1::PickRequest& request,
                                                   bool one_thread) const {
   std::shared_lock lock(scene_->mu);
@@ -605,6 +622,13 @@ absl::Status World::ChooseWorkloads() {
     v1::PoseUpdate* u = r.add_pose_overrides();
     u->set_instance_id(moved_);
     *u->mutable_pose() = pose;
+    if (move_requests_.empty()) {
+      distance_request_.set_scene_id(scene_id_);
+      *distance_request_.mutable_set_a() = r.set_a();
+      distance_request_.mutable_set_b();  // present and empty: every instance
+      *distance_request_.mutable_pose_overrides() = r.pose_overrides();
+      whole_distance_request_.set_scene_id(scene_id_);
+    }
     move_requests_.push_back(std::move(r));
   }
   stored_request_.set_scene_id(scene_id_);
@@ -821,6 +845,40 @@ absl::Status World::Check() {
                                               " but the same pose as an override ", move_keys_[k]));
     }
   }
+  // 5b. Distances: through gRPC = in process; the whole scene's answer is at most the moved
+  // instance's (its pairs are among the whole scene's), and the pair reported is that far apart.
+  {
+    CLASH_ASSIGN_OR_RETURN(v1::DistanceResponse grpc, client_->ComputeDistance(distance_request_));
+    CLASH_ASSIGN_OR_RETURN(v1::DistanceResponse local, LocalDistance(distance_request_));
+    CLASH_RETURN_IF_ERROR(SameAnswer("distance", grpc, local));
+    CLASH_ASSIGN_OR_RETURN(v1::DistanceResponse whole,
+                           client_->ComputeDistance(whole_distance_request_));
+    CLASH_ASSIGN_OR_RETURN(local, LocalDistance(whole_distance_request_));
+    CLASH_RETURN_IF_ERROR(SameAnswer("whole-scene distance", whole, local));
+    if (!grpc.found() || !whole.found() || whole.distance_mm() > grpc.distance_mm()) {
+      return absl::InternalError("the whole scene's distance exceeds one instance's");
+    }
+    for (const v1::DistanceResponse* r : {&grpc, &whole}) {
+      const server::InstanceRec* a = scene_->Find(r->instance_a());
+      const server::InstanceRec* b = scene_->Find(r->instance_b());
+      if (a == nullptr || b == nullptr)
+        return absl::InternalError("unknown instance in a distance");
+      RigidTransform X_a = a->X_WP, X_b = b->X_WP;
+      if (r == &grpc) (a->id == moved_ ? X_a : X_b) = move_X_[0];
+      const double d = geom::Distance(*a->part->geom, X_a, *b->part->geom, X_b).distance;
+      if (std::abs(d - r->distance_mm()) > 1e-9) {
+        return absl::InternalError(
+            absl::StrCat("distance ", r->distance_mm(), " but the pair is ", d, " apart"));
+      }
+    }
+    distance_key_ = Key(grpc);
+    whole_distance_key_ = Key(whole);
+    std::fprintf(stderr,
+                 "check: distance of the moved instance %.6g mm (%lu pairs measured), of "
+                 "the whole scene %.6g mm (%lu), same through gRPC\n",
+                 grpc.distance_mm(), static_cast<unsigned long>(grpc.pairs_measured()),
+                 whole.distance_mm(), static_cast<unsigned long>(whole.pairs_measured()));
+  }
   // 6. The whole scene at a fresh tolerance (after the stored moves: the scene as timed): the
   // same clashes with and without a helper thread.
   {
@@ -967,6 +1025,20 @@ void World::Register() {
   one_thread(
       "PickBatch", [this](int64_t) { return LocalPick(pick_batch_request_, true); },
       [this](int64_t) -> const std::string& { return pick_batch_key_; });
+  // Clearance of the dragged instance (first move pose) against every other, and the smallest
+  // distance between any two instances of the scene.
+  both(
+      "Distance", [this](int64_t) { return client_->ComputeDistance(distance_request_); },
+      [this](int64_t) { return LocalDistance(distance_request_); },
+      [this](int64_t) -> const std::string& { return distance_key_; });
+  add("BM_DistanceWholeScene/in-process", [this](benchmark::State& state) {
+    TimedLoop(
+        state, "BM_DistanceWholeScene/in-process",
+        [&](int64_t) { return LocalDistance(whole_distance_request_); },
+        [&](int64_t, const auto& got) {
+          return Expect("DistanceWholeScene", got, whole_distance_key_);
+        });
+  });
   // 3. Move one instance (pose override, nothing stored) and check it against the scene.
   both(
       "MoveCheck",
