@@ -437,6 +437,7 @@ TEST(DeepestInside, EqualsAnUnprunedSearchOfEveryCandidate) {
   auto rng = SeededRng(4242);
   const int trials = Trials(120, 24);
   long inside = 0, asked = 0;
+  int seeds_beaten = 0, seeds_kept = 0;
   for (int i = 0; i < trials; ++i) {
     const PartPtr q = MakeBlob(rng, 10, 10, 14, 0.35).Part();
     ASSERT_TRUE(q->mesh().IsClosed());
@@ -482,7 +483,29 @@ TEST(DeepestInside, EqualsAnUnprunedSearchOfEveryCandidate) {
     EXPECT_EQ(got.p_WQ, expected.p_WQ) << "trial " << i;
     EXPECT_EQ(got.tri_p, expected.tri_p) << "trial " << i;
     EXPECT_EQ(got.tri_q, expected.tri_q) << "trial " << i;
+    if (!expected.found) continue;
+    // A point to beat (the other side's deepest, in ClassifyPair): shallower, deeper, or as
+    // deep and lexicographically just before or after the answer. The search gives the
+    // answer when it beats that point, else nothing.
+    for (int k = 0; k < 4; ++k) {
+      DeepestPoint seed = expected;
+      seed.depth *= k == 0 ? 0.5 : (k == 1 ? 1.5 : 1.0);
+      if (k >= 2) seed.p_WP.x() = std::nextafter(seed.p_WP.x(), k == 2 ? -kInf : kInf);
+      const bool beats = expected.depth > seed.depth ||
+                         (expected.depth == seed.depth && expected.p_WP.x() < seed.p_WP.x());
+      const DeepestPoint seeded = internal::DeepestInside(candidates, X_WP, *q, X_WQ, &seed);
+      ASSERT_EQ(seeded.found, beats) << "trial " << i << " seed " << k;
+      ++(beats ? seeds_beaten : seeds_kept);
+      if (!beats) continue;
+      EXPECT_EQ(seeded.depth, expected.depth) << "trial " << i << " seed " << k;
+      EXPECT_EQ(seeded.p_WP, expected.p_WP) << "trial " << i << " seed " << k;
+      EXPECT_EQ(seeded.p_WQ, expected.p_WQ) << "trial " << i << " seed " << k;
+      EXPECT_EQ(seeded.tri_p, expected.tri_p) << "trial " << i << " seed " << k;
+      EXPECT_EQ(seeded.tri_q, expected.tri_q) << "trial " << i << " seed " << k;
+    }
   }
+  EXPECT_GT(seeds_beaten, trials / 4);
+  EXPECT_GT(seeds_kept, trials / 4);
   // Neither side dominates, so both the skips of outside points and of shallow inside points
   // are exercised.
   EXPECT_GT(inside, asked / 5);

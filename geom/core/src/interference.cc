@@ -273,13 +273,20 @@ double internal::OnSurfaceDistance(const Part& q, const RigidTransform& X_WP,
 // anchor outside Q is outside too, and skipped.
 DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
                                      const RigidTransform& X_WP, const Part& q,
-                                     const RigidTransform& X_WQ) {
+                                     const RigidTransform& X_WQ, const DeepestPoint* to_beat) {
   // Bounds are sums of rounded distances: grown by far more than their rounding, so that no
   // candidate is skipped, nor searched too narrowly, because of it.
   constexpr double kBoundSlack = 1e-9;
   DeepestPoint best;
-  // The depth a candidate must exceed: the best so far, at least the on-surface distance.
+  // The depth a candidate must exceed: the best so far, at least the on-surface distance and
+  // `to_beat`'s depth. A candidate as deep as the best (or as `to_beat`, while none is found)
+  // wins when lexicographically smaller.
   double beat = OnSurfaceDistance(q, X_WP, X_WQ);
+  const Vec3* tie_point = nullptr;
+  if (to_beat != nullptr && to_beat->found && to_beat->depth > beat) {
+    beat = to_beat->depth;
+    tie_point = &to_beat->p_WP;
+  }
   const RigidTransform X_QP = X_WQ.Inverse() * X_WP;
   bool have_anchor = false;
   bool anchor_outside = false;
@@ -332,7 +339,8 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
     anchor_outside = false;
     const Vec3 p_WC = X_WP * c.p_P;
     const bool deeper =
-        d.distance > beat || (best.found && d.distance == beat && LexLess(p_WC, best.p_WP));
+        d.distance > beat || (d.distance == beat && best.found && LexLess(p_WC, best.p_WP)) ||
+        (d.distance == beat && !best.found && tie_point != nullptr && LexLess(p_WC, *tie_point));
     if (!deeper) continue;
     const std::optional<bool> inside = InsideFromClosestFace(q, p_QC, d);
     anchor_outside = inside.has_value() && !*inside;
@@ -395,19 +403,22 @@ PairClassification internal::ClassifyPairWith(const Part& a, const RigidTransfor
     };
     std::sort(on_b.begin(), on_b.end(), by_triangles);
     const bool a_closed = a.mesh().IsClosed(), b_closed = b.mesh().IsClosed();
+    // The deeper side gives the witnesses; equal depths are decided by the deepest point's
+    // position, which does not depend on the order of the arguments. The points of a inside b
+    // are searched only for one that beats the deepest point of b inside a (by the order of
+    // `deeper` below): the same answer, and that search prunes against the depth of b inside a
+    // from its first candidate.
     DeepestPoint in_b, in_a;  // candidates of a inside b, of b inside a
-    if (b_closed) {
-      in_b = internal::DeepestInside(
-          DepthCandidates(a, b, X_AW * X_WB, on_a, contact, tol.max_depth_samples, options), X_WA,
-          b, X_WB);
-    }
     if (a_closed) {
       in_a = internal::DeepestInside(
           DepthCandidates(b, a, X_BW * X_WA, on_b, contact, tol.max_depth_samples, options), X_WB,
           a, X_WA);
     }
-    // The deeper side gives the witnesses; equal depths are decided by the deepest point's
-    // position, which does not depend on the order of the arguments.
+    if (b_closed) {
+      in_b = internal::DeepestInside(
+          DepthCandidates(a, b, X_AW * X_WB, on_a, contact, tol.max_depth_samples, options), X_WA,
+          b, X_WB, &in_a);
+    }
     auto deeper = [](const DeepestPoint& u, const DeepestPoint& v) {
       return u.found &&
              (!v.found || u.depth > v.depth || (u.depth == v.depth && LexLess(u.p_WP, v.p_WP)));

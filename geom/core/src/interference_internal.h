@@ -42,9 +42,15 @@ struct DeepestPoint {
 /// lexicographically smallest point (world). Candidates' bounds, and those their searched
 /// neighbours give, only prune candidates that cannot be the answer: the result is the one an
 /// unbounded search of every candidate gives.
+///
+/// With `to_beat` (found), only a point that beats it counts, by the same order (deeper, or as
+/// deep and lexicographically smaller): the result is the unbounded search's when that beats
+/// `to_beat`, and not found otherwise. ClassifyPair passes the other side's deepest point, so
+/// this side's search prunes against it from the start.
 [[nodiscard]] DeepestPoint DeepestInside(std::span<const DepthCandidate> candidates,
                                          const RigidTransform& X_WP, const Part& q,
-                                         const RigidTransform& X_WQ);
+                                         const RigidTransform& X_WQ,
+                                         const DeepestPoint* to_beat = nullptr);
 
 /// How ClassifyPair's depth estimate picks its candidate points.
 struct DepthOptions {
