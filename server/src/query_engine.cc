@@ -32,8 +32,8 @@ using geom::RigidTransform;
 constexpr int kStopEvery = 16;
 
 // A distance query with a set of at most this many instances pairs each of them with every
-// instance of the other set; larger sets are swept along x.
-constexpr std::size_t kDirectDistanceSet = 16;
+// instance of the other set; larger sets are swept along an axis.
+constexpr std::size_t kMaxDirectDistanceSet = 16;
 
 // An instance with the pose a query uses (stored or overridden).
 struct Posed {
@@ -583,39 +583,38 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
   const double limit = request.max_distance_mm() > 0 ? request.max_distance_mm()
                                                      : std::numeric_limits<double>::infinity();
   const bool two_sets = request.has_set_b();
-  // The instances of either set, each once, with a vertex of its part in the world: a point
-  // of its surface, so that the distance between two such points bounds the pair's distance
-  // from above.
+  // The instances of either set, each once, with a vertex of its part in the world (a point of
+  // its surface: the distance between two such points bounds the pair's distance from above)
+  // and the magnitude of its box's coordinates (what the rounding of box distances scales with).
   struct Member {
     Posed posed;
     geom::Vec3 point_W;
+    double magnitude = 0;
     bool in_a = false;
     bool in_b = false;
   };
   std::vector<Member> members;
-  absl::flat_hash_map<uint64_t, std::size_t> index;
-  auto enlist = [&](const InstanceRec* r, bool in_a) {
+  absl::flat_hash_map<uint64_t, std::size_t> index;  // by instance id
+  auto enlist = [&](const InstanceRec* r) -> Member& {
     auto [it, fresh] = index.try_emplace(r->id, members.size());
     if (fresh) {
       Member m;
       m.posed = posed.Get(*r);
-      const auto& vertices = r->part->geom->mesh().vertices();
-      if (m.posed.box.IsEmpty() || vertices.empty()) {  // no surface: no distance
-        index.erase(it);
-        return;
-      }
-      m.point_W = m.posed.X_WP * vertices.front();
+      m.point_W = m.posed.X_WP * r->part->geom->AnyVertex();
+      m.magnitude =
+          std::max(m.posed.box.min.cwiseAbs().maxCoeff(), m.posed.box.max.cwiseAbs().maxCoeff()) +
+          m.posed.box.Diagonal();
       members.push_back(m);
     }
-    (in_a ? members[it->second].in_a : members[it->second].in_b) = true;
+    return members[it->second];
   };
-  for (const InstanceRec* r : set_a) enlist(r, true);
-  for (const InstanceRec* r : set_b) enlist(r, false);
+  for (const InstanceRec* r : set_a) enlist(r).in_a = true;
+  for (const InstanceRec* r : set_b) enlist(r).in_b = true;
   // Candidate pairs: the valid pairs whose box distance (a lower bound of their distance) is
   // within both the limit and `bound`, an upper bound of the answer that comes down as pairs
-  // are listed (the distance between the two surface points of a pair, grown by far more than
-  // its rounding). Not the n^2 / 2 pairs of a whole scene (2 million for 2000 instances), each
-  // hashed and sorted, as before.
+  // are listed: the distance between the two surface points of a pair, grown by far more than
+  // its rounding and that of the box distances it is compared with. Not the n^2 / 2 pairs of a
+  // whole scene (2 million for 2000 instances), each hashed and sorted, as before.
   struct Candidate {
     double lower;
     const InstanceRec* a;
@@ -624,27 +623,31 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
   std::vector<Candidate> candidates;
   double bound = limit;
   auto can_pair = [&](const Member& x, const Member& y) {
-    return two_sets ? (x.in_a && y.in_b) || (x.in_b && y.in_a) : true;
+    return !two_sets || (x.in_a && y.in_b) || (x.in_b && y.in_a);
   };
   auto tighten = [&](const Member& x, const Member& y) {
-    const double magnitude = x.point_W.cwiseAbs().maxCoeff() + y.point_W.cwiseAbs().maxCoeff();
-    bound = std::min(bound, (x.point_W - y.point_W).norm() * (1.0 + 1e-9) + 1e-9 * magnitude);
+    const double slack = 1e-9 * (x.magnitude + y.magnitude);
+    bound = std::min(bound, (x.point_W - y.point_W).norm() * (1.0 + 1e-9) + slack);
   };
-  // A valid pair (x, y): listed when its boxes are within the bound, as (a, b) with a from
-  // set_a when only one order is valid, else the smaller id first.
+  // A valid pair, listed when its boxes are within the bound. Its order (which instance is
+  // Distance's first argument): the one from set_a when only one order is valid, else the
+  // smaller id.
   auto consider = [&](const Member& x, const Member& y) {
     const double lower = x.posed.box.Distance(y.posed.box);
     if (!(lower <= bound)) return;
-    const bool x_first = two_sets ? x.in_a && y.in_b : true;
-    const bool both_orders = two_sets ? x_first && y.in_a && x.in_b : true;
-    const bool keep_order = both_orders ? x.posed.rec->id < y.posed.rec->id : x_first;
-    candidates.push_back(keep_order ? Candidate{lower, x.posed.rec, y.posed.rec}
-                                    : Candidate{lower, y.posed.rec, x.posed.rec});
+    const bool x_can_be_a = !two_sets || (x.in_a && y.in_b);
+    const bool y_can_be_a = !two_sets || (y.in_a && x.in_b);
+    const bool x_first = x_can_be_a && y_can_be_a ? x.posed.rec->id < y.posed.rec->id : x_can_be_a;
+    const Member& a = x_first ? x : y;
+    const Member& b = x_first ? y : x;
+    candidates.push_back({lower, a.posed.rec, b.posed.rec});
     tighten(x, y);
   };
-  std::size_t n_a = 0, n_b = 0;
-  for (const Member& m : members) n_a += m.in_a, n_b += m.in_b;
-  if (two_sets && std::min(n_a, n_b) <= kDirectDistanceSet) {
+  const auto n_a =
+      std::count_if(members.begin(), members.end(), [](const Member& m) { return m.in_a; });
+  const auto n_b =
+      std::count_if(members.begin(), members.end(), [](const Member& m) { return m.in_b; });
+  if (two_sets && static_cast<std::size_t>(std::min(n_a, n_b)) <= kMaxDirectDistanceSet) {
     // One small set (a dragged part against the scene): each of its members against all.
     const bool small_is_a = n_a <= n_b;
     auto in_small = [&](const Member& m) { return small_is_a ? m.in_a : m.in_b; };
@@ -658,22 +661,26 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
       }
     }
   } else {
-    // A sweep along x in order of the boxes' lower x: each member against those that start
-    // within the bound of its box's upper x. A first bound in linear time, so that it does not
-    // start unbounded: one member of set_a against every member, and each member against its
-    // successor in x.
-    std::sort(members.begin(), members.end(), [](const Member& x, const Member& y) {
-      if (x.posed.box.min.x() != y.posed.box.min.x()) {
-        return x.posed.box.min.x() < y.posed.box.min.x();
+    // A sweep along the axis on which the boxes' centres spread most, in order of the boxes'
+    // lower ends: each member against those that start within the bound of its upper end.
+    // A first bound in linear time, so that the sweep does not start unbounded: the first
+    // member of set_a against every member, and each member against its successor.
+    geom::Aabb centres;
+    for (const Member& m : members) centres.Add(m.posed.box.Center());
+    int axis = 0;
+    centres.Size().maxCoeff(&axis);
+    std::sort(members.begin(), members.end(), [axis](const Member& x, const Member& y) {
+      if (x.posed.box.min[axis] != y.posed.box.min[axis]) {
+        return x.posed.box.min[axis] < y.posed.box.min[axis];
       }
       return x.posed.rec->id < y.posed.rec->id;
     });
-    for (const Member& x : members) {
-      if (!x.in_a) continue;
+    const auto first_a =
+        std::find_if(members.begin(), members.end(), [](const Member& m) { return m.in_a; });
+    if (first_a != members.end()) {
       for (const Member& y : members) {
-        if (&x != &y && can_pair(x, y)) tighten(x, y);
+        if (&y != &*first_a && can_pair(*first_a, y)) tighten(*first_a, y);
       }
-      break;
     }
     for (std::size_t i = 0; i + 1 < members.size(); ++i) {
       if (can_pair(members[i], members[i + 1])) tighten(members[i], members[i + 1]);
@@ -683,7 +690,8 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
       const Member& x = members[i];
       for (std::size_t j = i + 1; j < members.size(); ++j) {
         const Member& y = members[j];
-        if (y.posed.box.min.x() - x.posed.box.max.x() > bound) break;  // and so are all after
+        // The gap on the axis bounds the box distance from below; sorted: all after too.
+        if (y.posed.box.min[axis] - x.posed.box.max[axis] > bound) break;
         if (can_pair(x, y)) consider(x, y);
       }
     }

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -549,51 +551,73 @@ TEST_F(ServerTest, AllowedInterferenceIsReportedAsSuppressed) {
 
 // ComputeDistance against the minimum of Distance over every valid pair, for every shape of
 // request: one set (any two of its instances), two disjoint sets, two overlapping sets (a pair
-// in both counts once; an instance is never paired with itself), a max_distance that leaves
-// some requests with no pair, and pose overrides. The instances are spread out so that most
-// answers are a true gap, not 0.
+// in both counts once; an instance is never paired with itself), a max_distance of half or
+// twice the answer, and pose overrides. The set sizes take both of RunDistance's ways of
+// listing pairs (a set of at most 16 instances against every other instance; larger sets
+// swept along an axis), with the small set as set_a and as set_b. The instances are spread
+// out so that most answers are a true gap, not 0.
 TEST_F(ServerTest, ComputeDistanceMatchesBruteForceForEveryKindOfSet) {
   std::mt19937 rng = testing::SeededRng(71);
-  RandomScene world = MakeRandomScene(rng, testing::Trials(40, 16), 120);
-  const std::string& scene = world.id;
-  const std::vector<std::shared_ptr<const geom::Part>>& parts = world.parts;
-  const std::vector<uint64_t>& ids = world.ids;
-  const std::vector<int>& kind = world.kind;
-  std::vector<RigidTransform>& poses = world.poses;
-  const int n = static_cast<int>(ids.size());
-  int gaps = 0, not_found = 0, overlapping = 0;
-  const int trials = 24;
+  const int n = 40;  // not scaled: two sets of more than 16 need it
+  RandomScene world = MakeRandomScene(rng, n, 120);
+  int gaps = 0, not_found = 0, measured_fewer = 0;
+  constexpr int kShapes = 7;
+  const int trials = 4 * kShapes;
   for (int t = 0; t < trials; ++t) {
+    const int shape = t % kShapes, round = t / kShapes;
     v1::DistanceRequest req;
-    req.set_scene_id(scene);
+    req.set_scene_id(world.id);
     std::vector<bool> in_a(n, false), in_b(n, false);
-    const int shape = t % 4;  // 0: one set, 1: disjoint, 2: overlapping, 3: all instances
-    for (int i = 0; i < n; ++i) {
-      const unsigned r = rng() % 4;
-      if (shape == 3) {
-        in_a[i] = true;
-      } else if (shape == 0) {
-        in_a[i] = r < 2;
-      } else if (shape == 1) {
-        in_a[i] = r == 0;
-        in_b[i] = r >= 2;
-      } else {
-        in_a[i] = r <= 1;
-        in_b[i] = r >= 1;
-      }
-      if (in_a[i] && shape != 3) req.mutable_set_a()->add_instance_ids(ids[i]);
-      if (in_b[i]) req.mutable_set_b()->add_instance_ids(ids[i]);
+    // A random order of the instances: the sets are ranges of it.
+    std::vector<int> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    auto take = [&](std::vector<bool>& set, int from, int to) {
+      for (int k = from; k < to; ++k) set[order[k]] = true;
+    };
+    bool two_sets = true;
+    switch (shape) {
+      case 0:  // one set of half the instances: swept
+        two_sets = false;
+        take(in_a, 0, n / 2);
+        break;
+      case 1:  // every instance (an empty selector): swept
+        two_sets = false;
+        take(in_a, 0, n);
+        break;
+      case 2:  // a small set_a against the others: direct
+        take(in_a, 0, 3);
+        take(in_b, 3, n);
+        break;
+      case 3:  // a small set_b: direct, from set_b's side
+        take(in_a, 2, n);
+        take(in_b, 0, 2);
+        break;
+      case 4:  // a small set_a inside set_b (every instance): direct, overlapping
+        take(in_a, 0, 4);
+        take(in_b, 0, n);
+        break;
+      case 5:  // two large disjoint sets: swept
+        take(in_a, 0, n / 2);
+        take(in_b, n / 2, n);
+        break;
+      default:  // two large overlapping sets: swept
+        take(in_a, 0, 3 * n / 5);
+        take(in_b, 2 * n / 5, n);
+        break;
     }
-    const bool two_sets = shape == 1 || shape == 2;
-    if (two_sets && req.set_b().instance_ids().empty()) continue;
-    // What-if poses for two instances on odd trials.
-    std::vector<RigidTransform> X = poses;
-    if (t % 2 == 1) {
+    for (int i = 0; i < n; ++i) {
+      if (in_a[i] && shape != 1) req.mutable_set_a()->add_instance_ids(world.ids[i]);
+      if (in_b[i]) req.mutable_set_b()->add_instance_ids(world.ids[i]);
+    }
+    // What-if poses for two instances in rounds 1 and 3.
+    std::vector<RigidTransform> X = world.poses;
+    if (round % 2 == 1) {
       for (int m = 0; m < 2; ++m) {
-        const int i = static_cast<int>(rng() % n);
+        const int i = order[m * 3];  // in the small sets, where there is one
         X[i] = FromPose(ToPose(testing::RandomPose(rng, 120)));
         v1::PoseUpdate* u = req.add_pose_overrides();
-        u->set_instance_id(ids[i]);
+        u->set_instance_id(world.ids[i]);
         *u->mutable_pose() = ToPose(X[i]);
       }
     }
@@ -606,45 +630,76 @@ TEST_F(ServerTest, ComputeDistanceMatchesBruteForceForEveryKindOfSet) {
             two_sets ? (in_a[i] && in_b[j]) || (in_a[j] && in_b[i]) : in_a[i] && in_a[j];
         if (!ok) continue;
         ++valid;
-        best =
-            std::min(best, geom::Distance(*parts[kind[i]], X[i], *parts[kind[j]], X[j]).distance);
+        best = std::min(best, geom::Distance(*world.parts[world.kind[i]], X[i],
+                                             *world.parts[world.kind[j]], X[j])
+                                  .distance);
       }
     }
-    if (valid == 0) continue;
-    // Every third trial: a limit just below or above the answer.
+    ASSERT_GT(valid, 0);
+    // Rounds 2 and 3: a limit of half the answer (even shapes) or twice it (odd).
     double limit = 0;
-    if (t % 3 == 2) limit = best > 0 ? best * ((t / 3) % 2 ? 2.0 : 0.5) : 1.0;
+    if (round >= 2) limit = best > 0 ? best * (shape % 2 ? 2.0 : 0.5) : 1.0;
     req.set_max_distance_mm(limit);
     auto d = client_->ComputeDistance(req);
     ASSERT_THAT(d.status(), IsOk()) << "trial " << t;
     const bool expect_found = limit == 0 || best <= limit;
     ASSERT_EQ(d->found(), expect_found) << "trial " << t << ": best " << best << " limit " << limit;
     EXPECT_LE(d->pairs_measured(), static_cast<uint64_t>(valid));
+    measured_fewer += valid > 100 && d->pairs_measured() < static_cast<uint64_t>(valid / 10);
     if (!expect_found) {
       ++not_found;
       continue;
     }
     EXPECT_NEAR(d->distance_mm(), best, 1e-9) << "trial " << t;
     gaps += best > 0;
-    overlapping += shape == 2;
     // The pair reported is a valid pair at that distance, and the points are that far apart.
-    const auto ia = std::find(ids.begin(), ids.end(), d->instance_a()) - ids.begin();
-    const auto ib = std::find(ids.begin(), ids.end(), d->instance_b()) - ids.begin();
+    const auto ia =
+        std::find(world.ids.begin(), world.ids.end(), d->instance_a()) - world.ids.begin();
+    const auto ib =
+        std::find(world.ids.begin(), world.ids.end(), d->instance_b()) - world.ids.begin();
     ASSERT_LT(ia, n);
     ASSERT_LT(ib, n);
     EXPECT_NE(ia, ib);
     EXPECT_TRUE(two_sets ? (in_a[ia] && in_b[ib]) || (in_a[ib] && in_b[ia]) : in_a[ia] && in_a[ib])
         << "trial " << t;
-    EXPECT_NEAR(geom::Distance(*parts[kind[ia]], X[ia], *parts[kind[ib]], X[ib]).distance, best,
-                1e-9);
+    EXPECT_NEAR(
+        geom::Distance(*world.parts[world.kind[ia]], X[ia], *world.parts[world.kind[ib]], X[ib])
+            .distance,
+        best, 1e-9);
     EXPECT_NEAR((Vec3(d->point_a_mm().x(), d->point_a_mm().y(), d->point_a_mm().z()) -
                  Vec3(d->point_b_mm().x(), d->point_b_mm().y(), d->point_b_mm().z()))
                     .norm(),
                 best, 1e-6);
   }
-  EXPECT_GE(gaps, trials / 3);  // mostly true gaps, not touching pairs
-  EXPECT_GE(not_found, 2);      // the limit below the answer was exercised
-  EXPECT_GE(overlapping, 2);
+  EXPECT_GE(gaps, trials / 2);         // mostly true gaps, not touching pairs
+  EXPECT_GE(not_found, kShapes / 2);   // the limit below the answer was exercised
+  EXPECT_GE(measured_fewer, kShapes);  // the bounds prune: large requests measure few pairs
+}
+
+// Boxes that share a face near the origin, turned by multiples of 90 degrees (rotations that
+// are not exact in floating point): touching, at distance 0, whether the pair is listed from a
+// small set or by the sweep. The bound on the answer must allow for the rounding of the box
+// distances it is compared with, which scales with the boxes, not with the points bounding it.
+TEST_F(ServerTest, ComputeDistanceFindsBoxesTouchingAtAFaceUnderAnyQuarterTurn) {
+  const std::string part = Upload(MakeBox(Vec3(1, 1, 1)), "cube");
+  const std::string scene = NewScene();
+  for (int k = 0; k < 8; ++k) {
+    const Eigen::AngleAxisd turn(k * M_PI / 2, k < 4 ? Vec3::UnitZ() : Vec3::UnitY());
+    const RigidTransform X_A{turn.toRotationMatrix(), Vec3::Zero()};
+    const RigidTransform X_B{X_A.R, X_A.R * Vec3(2, 0, 0)};
+    const uint64_t a = Place(scene, part, X_A, "a" + std::to_string(k));
+    const uint64_t b = Place(scene, part, X_B, "b" + std::to_string(k));
+    for (const bool two_sets : {true, false}) {
+      v1::DistanceRequest req;
+      req.set_scene_id(scene);
+      req.mutable_set_a()->add_instance_ids(a);
+      (two_sets ? req.mutable_set_b() : req.mutable_set_a())->add_instance_ids(b);
+      auto d = client_->ComputeDistance(req);
+      ASSERT_THAT(d.status(), IsOk());
+      ASSERT_TRUE(d->found()) << "turn " << k << (two_sets ? ", two sets" : ", one set");
+      EXPECT_LE(d->distance_mm(), 1e-12) << "turn " << k;
+    }
+  }
 }
 
 // Random scenes: CheckInterference (broad phase + cache + overrides) equals ClassifyPair over
