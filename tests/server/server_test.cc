@@ -671,7 +671,7 @@ TEST_F(ServerTest, ComputeDistanceMatchesBruteForceForEveryKindOfSet) {
                     .norm(),
                 best, 1e-6);
   }
-  EXPECT_GE(gaps, trials / 2);         // mostly true gaps, not touching pairs
+  EXPECT_GE(gaps, trials / 3);         // many true gaps, not only touching pairs
   EXPECT_GE(not_found, kShapes / 2);   // the limit below the answer was exercised
   EXPECT_GE(measured_fewer, kShapes);  // the bounds prune: large requests measure few pairs
 }
