@@ -576,13 +576,17 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
   CLASH_ASSIGN_OR_RETURN(PosedScene posed, PosedScene::Make(scene, request.pose_overrides()));
   CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> set_a,
                          SelectInstances(scene, request.set_a()));
+  const bool two_sets = request.has_set_b();
+  // A few instances against the whole scene (a dragged part's clearance): the scene's broad
+  // phase gives the instances near them, without a walk of every instance.
+  const bool against_scene =
+      two_sets && SelectsAll(request.set_b()) && set_a.size() <= kMaxDirectDistanceSet;
   std::vector<const InstanceRec*> set_b;
-  if (request.has_set_b()) {
+  if (two_sets && !against_scene) {
     CLASH_ASSIGN_OR_RETURN(set_b, SelectInstances(scene, request.set_b()));
   }
   const double limit = request.max_distance_mm() > 0 ? request.max_distance_mm()
                                                      : std::numeric_limits<double>::infinity();
-  const bool two_sets = request.has_set_b();
   // The instances of either set, each once, with a vertex of its part in the world (a point of
   // its surface: the distance between two such points bounds the pair's distance from above)
   // and the magnitude of its box's coordinates (what the rounding of box distances scales with).
@@ -595,17 +599,18 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
   };
   std::vector<Member> members;
   absl::flat_hash_map<uint64_t, std::size_t> index;  // by instance id
+  auto member_of = [&](const InstanceRec* r) {
+    Member m;
+    m.posed = posed.Get(*r);
+    m.point_W = m.posed.X_WP * r->part->geom->AnyVertex();
+    m.magnitude =
+        std::max(m.posed.box.min.cwiseAbs().maxCoeff(), m.posed.box.max.cwiseAbs().maxCoeff()) +
+        m.posed.box.Diagonal();
+    return m;
+  };
   auto enlist = [&](const InstanceRec* r) -> Member& {
     auto [it, fresh] = index.try_emplace(r->id, members.size());
-    if (fresh) {
-      Member m;
-      m.posed = posed.Get(*r);
-      m.point_W = m.posed.X_WP * r->part->geom->AnyVertex();
-      m.magnitude =
-          std::max(m.posed.box.min.cwiseAbs().maxCoeff(), m.posed.box.max.cwiseAbs().maxCoeff()) +
-          m.posed.box.Diagonal();
-      members.push_back(m);
-    }
+    if (fresh) members.push_back(member_of(r));
     return members[it->second];
   };
   for (const InstanceRec* r : set_a) enlist(r).in_a = true;
@@ -647,7 +652,58 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
       std::count_if(members.begin(), members.end(), [](const Member& m) { return m.in_a; });
   const auto n_b =
       std::count_if(members.begin(), members.end(), [](const Member& m) { return m.in_b; });
-  if (two_sets && static_cast<std::size_t>(std::min(n_a, n_b)) <= kMaxDirectDistanceSet) {
+  if (against_scene) {
+    // members: set_a, each also in set_b (everything). Its pairs with one another and with
+    // the other overridden instances are listed directly; those with the rest come from the
+    // broad phase (stored poses: overridden instances are skipped there), first within a
+    // radius growing from a twentieth of the instance's size until some pair bounds the
+    // answer, then within that bound.
+    for (Member& m : members) m.in_b = true;
+    std::vector<Member> others;  // overridden instances outside set_a
+    for (uint64_t id : posed.OverriddenIds()) {
+      const InstanceRec* r = scene.Find(id);
+      if (r == nullptr || !r->enabled || index.contains(id)) continue;
+      others.push_back(member_of(r));
+      others.back().in_b = true;
+    }
+    // Visits the instances outside set_a, not overridden, whose tree boxes overlap x's box
+    // grown by `radius`; returns how many tree entries it met.
+    auto near = [&](const Member& x, double radius, auto&& visit) {
+      std::size_t met = 0;
+      scene.tree.Query(x.posed.box.Inflated(radius), [&](uint64_t id) {
+        ++met;
+        if (posed.IsOverridden(id) || index.contains(id)) return;
+        if (const InstanceRec* r = scene.Find(id)) {
+          Member y = member_of(r);
+          y.in_b = true;
+          visit(y);
+        }
+      });
+      return met;
+    };
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      for (std::size_t j = i + 1; j < members.size(); ++j) tighten(members[i], members[j]);
+      for (const Member& y : others) tighten(members[i], y);
+    }
+    for (const Member& x : members) {
+      if (stop) CLASH_RETURN_IF_ERROR(stop());
+      bool found = false;
+      for (double radius = 0.05 * x.posed.box.Diagonal() + 1e-9 * x.magnitude;
+           !found && radius < bound; radius *= 8) {
+        const std::size_t met = near(x, radius, [&](const Member& y) {
+          tighten(x, y);
+          found = true;
+        });
+        if (met == scene.tree.size()) break;
+      }
+    }
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const Member& x = members[i];
+      for (std::size_t j = i + 1; j < members.size(); ++j) consider(x, members[j]);
+      for (const Member& y : others) consider(x, y);
+      near(x, bound, [&](const Member& y) { consider(x, y); });
+    }
+  } else if (two_sets && static_cast<std::size_t>(std::min(n_a, n_b)) <= kMaxDirectDistanceSet) {
     // One small set (a dragged part against the scene): each of its members against all.
     const bool small_is_a = n_a <= n_b;
     auto in_small = [&](const Member& m) { return small_is_a ? m.in_a : m.in_b; };

@@ -552,16 +552,28 @@ TEST_F(ServerTest, AllowedInterferenceIsReportedAsSuppressed) {
 // ComputeDistance against the minimum of Distance over every valid pair, for every shape of
 // request: one set (any two of its instances), two disjoint sets, two overlapping sets (a pair
 // in both counts once; an instance is never paired with itself), a max_distance of half or
-// twice the answer, and pose overrides. The set sizes take both of RunDistance's ways of
+// twice the answer, and pose overrides. The set sizes take each of RunDistance's ways of
 // listing pairs (a set of at most 16 instances against every other instance; larger sets
-// swept along an axis), with the small set as set_a and as set_b. The instances are spread
-// out so that most answers are a true gap, not 0.
+// swept along an axis; a small set_a against the whole scene through its broad phase), with
+// the small set as set_a and as set_b, and overrides inside and outside the small set. The
+// instances are spread out so that most answers are a true gap, not 0.
 TEST_F(ServerTest, ComputeDistanceMatchesBruteForceForEveryKindOfSet) {
   std::mt19937 rng = testing::SeededRng(71);
   const int n = 40;  // not scaled: two sets of more than 16 need it
   RandomScene world = MakeRandomScene(rng, n, 120);
+  // Each instance's distance to its nearest neighbour at the stored poses.
+  std::vector<double> isolation(n, std::numeric_limits<double>::infinity());
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 1; j < n; ++j) {
+      const double d = geom::Distance(*world.parts[world.kind[i]], world.poses[i],
+                                      *world.parts[world.kind[j]], world.poses[j])
+                           .distance;
+      isolation[i] = std::min(isolation[i], d);
+      isolation[j] = std::min(isolation[j], d);
+    }
+  }
   int gaps = 0, not_found = 0, measured_fewer = 0;
-  constexpr int kShapes = 7;
+  constexpr int kShapes = 8;
   const int trials = 4 * kShapes;
   for (int t = 0; t < trials; ++t) {
     const int shape = t % kShapes, round = t / kShapes;
@@ -601,25 +613,47 @@ TEST_F(ServerTest, ComputeDistanceMatchesBruteForceForEveryKindOfSet) {
         take(in_a, 0, n / 2);
         take(in_b, n / 2, n);
         break;
-      default:  // two large overlapping sets: swept
+      case 6:  // two large overlapping sets: swept
         take(in_a, 0, 3 * n / 5);
         take(in_b, 2 * n / 5, n);
         break;
+      default: {  // a small set_a against everything (set_b present and empty): broad phase
+        // Instances with no other within 20 mm, so that one put 8 mm from them (below) makes
+        // the only nearest pair.
+        int taken = 0;
+        for (int k = 0; k < n && taken < 3; ++k) {
+          if (isolation[order[k]] > 20) std::swap(order[taken++], order[k]);
+        }
+        ASSERT_EQ(taken, 3);
+        take(in_a, 0, 3);
+        take(in_b, 0, n);
+        req.mutable_set_b();
+        break;
+      }
     }
     for (int i = 0; i < n; ++i) {
       if (in_a[i] && shape != 1) req.mutable_set_a()->add_instance_ids(world.ids[i]);
-      if (in_b[i]) req.mutable_set_b()->add_instance_ids(world.ids[i]);
+      if (in_b[i] && shape != 7) req.mutable_set_b()->add_instance_ids(world.ids[i]);
     }
     // What-if poses for two instances in rounds 1 and 3.
     std::vector<RigidTransform> X = world.poses;
-    if (round % 2 == 1) {
+    auto override_pose = [&](int i, const RigidTransform& pose) {
+      X[i] = FromPose(ToPose(pose));
+      v1::PoseUpdate* u = req.add_pose_overrides();
+      u->set_instance_id(world.ids[i]);
+      *u->mutable_pose() = ToPose(X[i]);
+    };
+    if (round % 2 == 1 && shape != 7) {
       for (int m = 0; m < 2; ++m) {
-        const int i = order[m * 3];  // in the small sets, where there is one
-        X[i] = FromPose(ToPose(testing::RandomPose(rng, 120)));
-        v1::PoseUpdate* u = req.add_pose_overrides();
-        u->set_instance_id(world.ids[i]);
-        *u->mutable_pose() = ToPose(X[i]);
+        override_pose(order[m * 3], testing::RandomPose(rng, 120));  // in the small sets too
       }
+    }
+    if (shape == 7 && round >= 2) {
+      // Next to a member of set_a, where the broad phase does not have it: an instance
+      // outside set_a (round 2), another member of set_a (round 3).
+      RigidTransform next_to = X[order[0]];
+      next_to.t += Vec3(8, 0, 0);
+      override_pose(order[round == 2 ? 3 : 1], next_to);
     }
     // The oracle: every valid pair once.
     double best = std::numeric_limits<double>::infinity();
@@ -660,6 +694,11 @@ TEST_F(ServerTest, ComputeDistanceMatchesBruteForceForEveryKindOfSet) {
     ASSERT_LT(ia, n);
     ASSERT_LT(ib, n);
     EXPECT_NE(ia, ib);
+    if (shape == 7 && round >= 2) {  // the instance put next to set_a's first
+      const int moved = order[round == 2 ? 3 : 1];
+      EXPECT_TRUE((ia == order[0] && ib == moved) || (ia == moved && ib == order[0]))
+          << "trial " << t;
+    }
     EXPECT_TRUE(two_sets ? (in_a[ia] && in_b[ib]) || (in_a[ib] && in_b[ia]) : in_a[ia] && in_a[ib])
         << "trial " << t;
     EXPECT_NEAR(
