@@ -1360,6 +1360,40 @@ TEST_F(ServerTest, ACancelledQueryStopsInsideItsWork) {
                         "clashd_requests_total{method=\"CheckInterference\",code=\"OK\"}")));
 }
 
+// An upload cancelled by the client while the server waits for it ends CANCELLED in the
+// server's own record, not as an invalid (empty) upload: the stop check asks gRPC about
+// cancellation only from a millisecond into a call, so the end of the stream is asked directly.
+TEST_F(ServerTest, AnUploadCancelledBeforeItsHeaderIsCancelled) {
+  auto stub = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  grpc::ClientContext ctx;
+  v1::ImportCadResponse resp;
+  auto upload = stub->ImportCad(&ctx, &resp);
+  // Wait until the server holds an import slot: it then waits for the header.
+  auto running = [&] {
+    const std::string body = FetchMetrics(server_->metrics_port());
+    const std::size_t at = body.find("\nclashd_import_running ");
+    return at != std::string::npos && body[at + 23] != '0';
+  };
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!running() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(running());
+  ctx.TryCancel();
+  EXPECT_EQ(upload->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  std::string body;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  do {
+    body = FetchMetrics(server_->metrics_port());
+    if (body.find("clashd_requests_total{method=\"ImportCad\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (std::chrono::steady_clock::now() < until);
+  EXPECT_THAT(body, ::testing::HasSubstr(
+                        "clashd_requests_total{method=\"ImportCad\",code=\"CANCELLED\"} 1"));
+  EXPECT_THAT(body, ::testing::Not(::testing::HasSubstr(
+                        "clashd_requests_total{method=\"ImportCad\",code=\"INVALID_ARGUMENT\"}")));
+}
+
 // A check stopped part-way (deadline, cancellation) keeps the pairs it finished: the same check
 // asked again finds them in the pair cache. The stop fires after a fixed number of checks, so
 // how far the first run gets does not depend on timing (on one thread: one check per 16
