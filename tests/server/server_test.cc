@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "clash/client/client.h"
 #include "clash/geom/interference.h"
 #include "clash/geom/query.h"
@@ -81,6 +82,36 @@ std::string FetchMetrics(int port) {
     }
   }
   close(fd);
+  return body;
+}
+
+// Waits (up to a minute) until the gauge `name` on the metrics port is non-zero; whether it is.
+bool WaitForGauge(int port, const std::string& name) {
+  auto nonzero = [&] {
+    const std::string body = FetchMetrics(port);
+    const std::string key = absl::StrCat("\n", name, " ");
+    const std::size_t at = body.find(key);
+    return at != std::string::npos && body[at + key.size()] != '0';
+  };
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!nonzero()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+// The metrics once the server has recorded a call of `method` (waits up to two minutes: the
+// handler may still be returning when the client has its status).
+std::string MetricsOnceRecorded(int port, const std::string& method) {
+  const std::string key = absl::StrCat("clashd_requests_total{method=\"", method, "\"");
+  std::string body;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  do {
+    body = FetchMetrics(port);
+    if (body.find(key) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (std::chrono::steady_clock::now() < end);
   return body;
 }
 
@@ -1330,15 +1361,7 @@ TEST_F(ServerTest, ACancelledQueryStopsInsideItsWork) {
   grpc::ClientContext ctx;
   std::thread canceller([&] {
     // Cancel once the server runs the query (helpers may hold a second slot).
-    auto running = [&] {
-      const std::string body = FetchMetrics(server_->metrics_port());
-      const std::size_t at = body.find("\nclashd_query_running ");
-      return at != std::string::npos && body[at + 22] != '0';
-    };
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!running() && std::chrono::steady_clock::now() < end) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    EXPECT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_query_running"));
     ctx.TryCancel();
   });
   v1::InterferenceResponse resp;
@@ -1346,13 +1369,7 @@ TEST_F(ServerTest, ACancelledQueryStopsInsideItsWork) {
   canceller.join();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
   // The server's record of the call, once it has returned.
-  std::string body;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  do {
-    body = FetchMetrics(server_->metrics_port());
-    if (body.find("clashd_requests_total{method=\"CheckInterference\"") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  } while (std::chrono::steady_clock::now() < end);
+  const std::string body = MetricsOnceRecorded(server_->metrics_port(), "CheckInterference");
   EXPECT_THAT(body,
               ::testing::HasSubstr(
                   "clashd_requests_total{method=\"CheckInterference\",code=\"CANCELLED\"} 1"));
@@ -1369,25 +1386,10 @@ TEST_F(ServerTest, AnUploadCancelledBeforeItsHeaderIsCancelled) {
   v1::ImportCadResponse resp;
   auto upload = stub->ImportCad(&ctx, &resp);
   // Wait until the server holds an import slot: it then waits for the header.
-  auto running = [&] {
-    const std::string body = FetchMetrics(server_->metrics_port());
-    const std::size_t at = body.find("\nclashd_import_running ");
-    return at != std::string::npos && body[at + 23] != '0';
-  };
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!running() && std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  ASSERT_TRUE(running());
+  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_import_running"));
   ctx.TryCancel();
   EXPECT_EQ(upload->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  std::string body;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  do {
-    body = FetchMetrics(server_->metrics_port());
-    if (body.find("clashd_requests_total{method=\"ImportCad\"") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  } while (std::chrono::steady_clock::now() < until);
+  const std::string body = MetricsOnceRecorded(server_->metrics_port(), "ImportCad");
   EXPECT_THAT(body, ::testing::HasSubstr(
                         "clashd_requests_total{method=\"ImportCad\",code=\"CANCELLED\"} 1"));
   EXPECT_THAT(body, ::testing::Not(::testing::HasSubstr(
