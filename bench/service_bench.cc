@@ -954,9 +954,10 @@ void World::Register() {
       });
     }
   };
-  // BM_<query>/one-thread: the in-process run on the calling thread alone (no helper thread).
-  auto one_thread = [&add](const std::string& query, auto run, auto key) {
-    const std::string name = absl::StrCat("BM_", query, "/one-thread");
+  // BM_<query>/<mode>: an in-process run alone (no gRPC twin), every answer compared with the
+  // checked one; mode "one-thread": on the calling thread alone (no helper thread).
+  auto local = [&add](const std::string& query, const std::string& mode, auto run, auto key) {
+    const std::string name = absl::StrCat("BM_", query, "/", mode);
     add(name, [=](benchmark::State& state) {
       TimedLoop(state, name, run,
                 [&](int64_t i, const auto& got) { return Expect(query, got, key(i)); });
@@ -978,15 +979,12 @@ void World::Register() {
       [this](int64_t) { return LocalPick(pick_request_); },
       [this](int64_t) -> const std::string& { return pick_key_; });
   // The whole scene, every pair classified afresh (what a batch check of an assembly does).
-  add("BM_WholeScene/in-process", [this](benchmark::State& state) {
-    TimedLoop(
-        state, "BM_WholeScene/in-process",
-        [&](int64_t) { return LocalInterference(FreshWholeSceneRequest()); },
-        [&](int64_t, const auto& got) { return Expect("WholeScene", got, whole_fresh_key_); });
-  });
-  one_thread(
-      "WholeScene", [this](int64_t) { return LocalInterference(FreshWholeSceneRequest(), true); },
-      [this](int64_t) -> const std::string& { return whole_fresh_key_; });
+  for (const bool alone : {false, true}) {
+    local(
+        "WholeScene", alone ? "one-thread" : "in-process",
+        [this, alone](int64_t) { return LocalInterference(FreshWholeSceneRequest(), alone); },
+        [this](int64_t) -> const std::string& { return whole_fresh_key_; });
+  }
   // A one-ray pick while another client keeps checking the whole scene (every pair afresh):
   // what an interactive user sees beside a batch job. With helpers the batch check holds the
   // second slot too, and a pick waits for the helper's current pair.
@@ -1022,8 +1020,8 @@ void World::Register() {
       "PickBatch", [this](int64_t) { return client_->PickRays(pick_batch_request_); },
       [this](int64_t) { return LocalPick(pick_batch_request_); },
       [this](int64_t) -> const std::string& { return pick_batch_key_; });
-  one_thread(
-      "PickBatch", [this](int64_t) { return LocalPick(pick_batch_request_, true); },
+  local(
+      "PickBatch", "one-thread", [this](int64_t) { return LocalPick(pick_batch_request_, true); },
       [this](int64_t) -> const std::string& { return pick_batch_key_; });
   // Clearance of the dragged instance (first move pose) against every other, and the smallest
   // distance between any two instances of the scene.
@@ -1031,22 +1029,19 @@ void World::Register() {
       "Distance", [this](int64_t) { return client_->ComputeDistance(distance_request_); },
       [this](int64_t) { return LocalDistance(distance_request_); },
       [this](int64_t) -> const std::string& { return distance_key_; });
-  add("BM_DistanceWholeScene/in-process", [this](benchmark::State& state) {
-    TimedLoop(
-        state, "BM_DistanceWholeScene/in-process",
-        [&](int64_t) { return LocalDistance(whole_distance_request_); },
-        [&](int64_t, const auto& got) {
-          return Expect("DistanceWholeScene", got, whole_distance_key_);
-        });
-  });
+  both(
+      "DistanceWholeScene",
+      [this](int64_t) { return client_->ComputeDistance(whole_distance_request_); },
+      [this](int64_t) { return LocalDistance(whole_distance_request_); },
+      [this](int64_t) -> const std::string& { return whole_distance_key_; });
   // 3. Move one instance (pose override, nothing stored) and check it against the scene.
   both(
       "MoveCheck",
       [this](int64_t i) { return client_->CheckInterference(move_requests_[i % kMovePoses]); },
       [this](int64_t i) { return LocalInterference(move_requests_[i % kMovePoses]); },
       [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
-  one_thread(
-      "MoveCheck",
+  local(
+      "MoveCheck", "one-thread",
       [this](int64_t i) { return LocalInterference(move_requests_[i % kMovePoses], true); },
       [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
   add("BM_MoveCheck/fcl", [this](benchmark::State& state) {
@@ -1126,6 +1121,8 @@ void PrintTable() {
       {"pair, fresh tolerance (narrow phase)", "PairFresh"},
       {"ray pick, 1 ray", "Pick"},
       {"ray pick, 256 rays", "PickBatch"},
+      {"distance, dragged instance vs the scene", "Distance"},
+      {"distance, any two instances", "DistanceWholeScene"},
       {"move-and-check (override)", "MoveCheck"},
       {"SetPoses + check (stored)", "StoredMoveCheck"},
       {"whole scene, every pair afresh", "WholeScene"},

@@ -601,6 +601,7 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
   absl::flat_hash_map<uint64_t, std::size_t> index;  // by instance id
   auto member_of = [&](const InstanceRec* r) {
     Member m;
+    m.in_b = against_scene;  // set_b is every instance
     m.posed = posed.Get(*r);
     m.point_W = m.posed.X_WP * r->part->geom->AnyVertex();
     m.magnitude =
@@ -658,13 +659,11 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
     // broad phase (stored poses: overridden instances are skipped there), first within a
     // radius growing from a twentieth of the instance's size until some pair bounds the
     // answer, then within that bound.
-    for (Member& m : members) m.in_b = true;
     std::vector<Member> others;  // overridden instances outside set_a
     for (uint64_t id : posed.OverriddenIds()) {
       const InstanceRec* r = scene.Find(id);
       if (r == nullptr || !r->enabled || index.contains(id)) continue;
       others.push_back(member_of(r));
-      others.back().in_b = true;
     }
     // Visits the instances outside set_a, not overridden, whose tree boxes overlap x's box
     // grown by `radius`; returns how many tree entries it met.
@@ -673,11 +672,7 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
       scene.tree.Query(x.posed.box.Inflated(radius), [&](uint64_t id) {
         ++met;
         if (posed.IsOverridden(id) || index.contains(id)) return;
-        if (const InstanceRec* r = scene.Find(id)) {
-          Member y = member_of(r);
-          y.in_b = true;
-          visit(y);
-        }
+        if (const InstanceRec* r = scene.Find(id)) visit(member_of(r));
       });
       return met;
     };
@@ -704,7 +699,7 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
       near(x, bound, [&](const Member& y) { consider(x, y); });
     }
   } else if (two_sets && static_cast<std::size_t>(std::min(n_a, n_b)) <= kMaxDirectDistanceSet) {
-    // One small set (a dragged part against the scene): each of its members against all.
+    // One small set against an explicit other set: each of its members against all.
     const bool small_is_a = n_a <= n_b;
     auto in_small = [&](const Member& m) { return small_is_a ? m.in_a : m.in_b; };
     for (std::size_t i = 0; i < members.size(); ++i) {

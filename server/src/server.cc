@@ -78,6 +78,12 @@ absl::Time CallDeadline(const grpc::ServerContext* ctx, double max_seconds) {
   return std::min(server_max, absl::FromChrono(client));
 }
 
+// CANCELLED when the client cancelled the call (asks gRPC: ~20 µs, see MakeStop).
+absl::Status CancelledByClient(const grpc::ServerContext* ctx) {
+  return ctx->IsCancelled() ? absl::CancelledError("call cancelled by the client")
+                            : absl::OkStatus();
+}
+
 // The client's cancellation is asked at most once a millisecond, the first time a millisecond
 // after the call starts (ServerContext::IsCancelled costs ~20 µs here, as much as a small
 // query: asked per pair or per chunk of rays it doubled their cost, and asked once before every
@@ -96,7 +102,7 @@ StopCheck MakeStop(const grpc::ServerContext* ctx, absl::Time deadline) {
     const Clock::rep now = Clock::now().time_since_epoch().count();
     if (now >= next_cancel_check->load(std::memory_order_relaxed)) {
       next_cancel_check->store(now + kCancelCheckEvery, std::memory_order_relaxed);
-      if (ctx->IsCancelled()) return absl::CancelledError("call cancelled by the client");
+      CLASH_RETURN_IF_ERROR(CancelledByClient(ctx));
     }
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("deadline exceeded");
     return absl::OkStatus();
@@ -709,10 +715,9 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
 
   // A stream that ends early because the client cancelled is CANCELLED, not a bad upload (the
   // stop check asks gRPC only from a millisecond into the call).
-  auto cancelled = [ctx] { return ctx->IsCancelled(); };
   v1::ImportCadRequest msg;
   if (!reader->Read(&msg) || !msg.has_header()) {
-    if (cancelled()) return absl::CancelledError("call cancelled by the client");
+    CLASH_RETURN_IF_ERROR(CancelledByClient(ctx));
     return absl::InvalidArgumentError("the first ImportCad message must carry the header");
   }
   const v1::ImportCadHeader header = msg.header();
@@ -779,7 +784,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
       CLASH_RETURN_IF_ERROR(stop());
     }
     CLASH_RETURN_IF_ERROR(stop());
-    if (cancelled()) return absl::CancelledError("call cancelled by the client");
+    CLASH_RETURN_IF_ERROR(CancelledByClient(ctx));
     if (header.size_bytes() != 0 && total != header.size_bytes()) {
       return absl::InvalidArgumentError(
           absl::StrCat("upload has ", total, " bytes; the header announced ", header.size_bytes()));

@@ -437,7 +437,6 @@ TEST(DeepestInside, EqualsAnUnprunedSearchOfEveryCandidate) {
   auto rng = SeededRng(4242);
   const int trials = Trials(120, 24);
   long inside = 0, asked = 0;
-  int seeds_beaten = 0, seeds_kept = 0;
   for (int i = 0; i < trials; ++i) {
     const PartPtr q = MakeBlob(rng, 10, 10, 14, 0.35).Part();
     ASSERT_TRUE(q->mesh().IsClosed());
@@ -495,7 +494,6 @@ TEST(DeepestInside, EqualsAnUnprunedSearchOfEveryCandidate) {
                          (expected.depth == seed.depth && expected.p_WP.x() < seed.p_WP.x());
       const DeepestPoint seeded = internal::DeepestInside(candidates, X_WP, *q, X_WQ, &seed);
       ASSERT_EQ(seeded.found, beats) << "trial " << i << " seed " << k;
-      ++(beats ? seeds_beaten : seeds_kept);
       if (!beats) continue;
       EXPECT_EQ(seeded.depth, expected.depth) << "trial " << i << " seed " << k;
       EXPECT_EQ(seeded.p_WP, expected.p_WP) << "trial " << i << " seed " << k;
@@ -504,8 +502,6 @@ TEST(DeepestInside, EqualsAnUnprunedSearchOfEveryCandidate) {
       EXPECT_EQ(seeded.tri_q, expected.tri_q) << "trial " << i << " seed " << k;
     }
   }
-  EXPECT_GT(seeds_beaten, trials / 4);
-  EXPECT_GT(seeds_kept, trials / 4);
   // Neither side dominates, so both the skips of outside points and of shallow inside points
   // are exercised.
   EXPECT_GT(inside, asked / 5);
