@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,26 @@ TEST_F(TenantTest, EachTenantHasItsOwnFolderAndStores) {
   TenantRegistry again(dir_, 1000, {});
   EXPECT_TRUE((*again.Get("a"))->scenes().Get((*scene)->id()).ok());
   EXPECT_FALSE((*again.Get("b"))->scenes().Get((*scene)->id()).ok());
+}
+
+// A write killed between its temporary and the rename leaves a ".tmp-*" file behind (the
+// process-level kill -9 test hits this by chance); opening the tenant removes those in every
+// folder the server writes atomically, and nothing else.
+TEST_F(TenantTest, OpeningATenantRemovesTheTemporariesOfInterruptedWrites) {
+  const std::string tenant = dir_ + "/tenants/a";
+  const std::vector<std::string> folders = {"parts", "assemblies", "scenes", "import-cache"};
+  for (const std::string& folder : folders) {
+    std::filesystem::create_directories(tenant + "/" + folder);
+    std::ofstream(tenant + "/" + folder + "/.tmp-entry-4273-1055") << "half written";
+    std::ofstream(tenant + "/" + folder + "/kept") << "not a temporary";
+  }
+  TenantRegistry registry(dir_, 1000, {});
+  ASSERT_TRUE(registry.Get("a").ok());
+  for (const std::string& folder : folders) {
+    EXPECT_FALSE(std::filesystem::exists(tenant + "/" + folder + "/.tmp-entry-4273-1055"))
+        << folder;
+    EXPECT_TRUE(std::filesystem::exists(tenant + "/" + folder + "/kept")) << folder;
+  }
 }
 
 TEST_F(TenantTest, RateLimitAllowsTheBurstThenRefuses) {
