@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/fixed_array.h"
 #include "absl/container/inlined_vector.h"
 #include "ray_internal.h"
 
@@ -13,7 +14,7 @@ namespace {
 
 // Traversal stacks hold at most height + 1 nodes (one pending sibling per level); the
 // rotations keep the height near log2(n), so 64 entries stay inline for any realistic scene
-// and the vector grows beyond that instead of failing.
+// and taller trees get their stack on the heap instead of failing.
 constexpr int kInlineStack = 64;
 
 // A box's fat box is the box grown by this many margins; a move that leaves more slack than
@@ -246,17 +247,18 @@ int32_t DynamicAabbTree::RotateUp(int32_t node, int32_t up) {
 
 void DynamicAabbTree::QueryImpl(const Aabb& box, absl::FunctionRef<bool(uint64_t)> visit) const {
   if (root_ == kNullProxy) return;
-  absl::InlinedVector<int32_t, kInlineStack> stack;
-  stack.push_back(root_);
-  while (!stack.empty()) {
-    const Node& n = nodes_[stack.back()];
-    stack.pop_back();
+  absl::FixedArray<int32_t, kInlineStack> stack(static_cast<std::size_t>(Height()) + 2);
+  std::size_t sp = 0;
+  stack[sp++] = root_;
+  while (sp > 0) {
+    const Node& n = nodes_[stack[--sp]];
     if (!n.box.Overlaps(box)) continue;
     if (n.IsLeaf()) {
       if (!visit(n.user_id)) return;
     } else {
-      stack.push_back(n.child2);
-      stack.push_back(n.child1);
+      assert(sp + 2 <= stack.size());
+      stack[sp++] = n.child2;
+      stack[sp++] = n.child1;
     }
   }
 }
@@ -282,13 +284,13 @@ void DynamicAabbTree::QueryRayImpl(const Ray& ray,
     int32_t node;
     double t0;
   };
-  absl::InlinedVector<Entry, kInlineStack> stack;
+  absl::FixedArray<Entry, kInlineStack> stack(static_cast<std::size_t>(Height()) + 2);
+  std::size_t sp = 0;
   double t_root;
   if (!enter(root_, &t_root)) return;
-  stack.push_back({root_, t_root});
-  while (!stack.empty()) {
-    const Entry e = stack.back();
-    stack.pop_back();
+  stack[sp++] = {root_, t_root};
+  while (sp > 0) {
+    const Entry e = stack[--sp];
     if (e.t0 > t_max) continue;
     const Node& n = nodes_[e.node];
     if (n.IsLeaf()) {
@@ -299,14 +301,15 @@ void DynamicAabbTree::QueryRayImpl(const Ray& ray,
     double t1, t2;
     const bool hit1 = enter(n.child1, &t1);
     const bool hit2 = enter(n.child2, &t2);
+    assert(sp + 2 <= stack.size());
     if (hit1 && hit2) {  // the nearer child on top
       const bool first1 = t1 <= t2;
-      stack.push_back(first1 ? Entry{n.child2, t2} : Entry{n.child1, t1});
-      stack.push_back(first1 ? Entry{n.child1, t1} : Entry{n.child2, t2});
+      stack[sp++] = first1 ? Entry{n.child2, t2} : Entry{n.child1, t1};
+      stack[sp++] = first1 ? Entry{n.child1, t1} : Entry{n.child2, t2};
     } else if (hit1) {
-      stack.push_back({n.child1, t1});
+      stack[sp++] = {n.child1, t1};
     } else if (hit2) {
-      stack.push_back({n.child2, t2});
+      stack[sp++] = {n.child2, t2};
     }
   }
 }
