@@ -21,6 +21,8 @@ PACKAGES=(
   # service, and its command-line tools (clash-import): CLI11 flags, nlohmann-json output
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libcli11-dev nlohmann-json3-dev
+  # clashd's allocator (gperftools' tcmalloc_minimal; CMake option CLASH_TCMALLOC)
+  libgoogle-perftools-dev
   # the second-language client test (Python stubs generated at test time)
   python3-grpcio python3-grpc-tools python3-protobuf
   # the HTML sequence report's screenshot test (headless, software WebGL)

@@ -15,6 +15,7 @@ PACKAGES=(
   libprotobuf32                    # protobuf 3.21
   libgrpc++1.51 libgrpc29          # gRPC 1.51
   libssl3                          # SHA-256 of the import cache (and gRPC's TLS)
+  libtcmalloc-minimal4             # clashd's allocator (CLASH_TCMALLOC)
   libocct-foundation-7.6 libocct-modeling-data-7.6 libocct-modeling-algorithms-7.6
   libocct-data-exchange-7.6 libocct-ocaf-7.6  # OCCT 7.6 (clash-cad-worker)
 )
