@@ -102,8 +102,8 @@ absl::StatusOr<std::unique_ptr<PartStore>> PartStore::Open(std::string dir,
   std::unique_ptr<PartStore> store(new PartStore(std::move(dir), max_triangles));
   CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_ + "/parts"));
   CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_ + "/assemblies"));
-  RemoveStaleTemporaries(store->dir_ + "/parts");
-  RemoveStaleTemporaries(store->dir_ + "/assemblies");
+  RemoveAbandonedTemporaries(store->dir_ + "/parts");
+  RemoveAbandonedTemporaries(store->dir_ + "/assemblies");
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(store->dir_ + "/parts", ec)) {
     const std::string name = e.path().filename().string();

@@ -126,7 +126,7 @@ void Scene::InstanceToProto(const InstanceRec& rec, v1::Instance* out) {
 absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, PartStore* parts) {
   std::unique_ptr<SceneStore> store(new SceneStore(std::move(dir), parts));
   CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_));
-  RemoveStaleTemporaries(store->dir_);
+  RemoveAbandonedTemporaries(store->dir_);
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(store->dir_, ec)) {
     const std::string file = e.path().filename().string();

@@ -3,7 +3,6 @@
 #include <filesystem>
 #include <random>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -31,15 +30,6 @@ absl::Status MakeDirs(const std::string& dir) {
   if (ec)
     return absl::InternalError(absl::StrCat("cannot create folder ", dir, ": ", ec.message()));
   return absl::OkStatus();
-}
-
-void RemoveStaleTemporaries(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (absl::StartsWith(e.path().filename().string(), ".tmp-")) {
-      std::filesystem::remove(e.path(), ec);
-    }
-  }
 }
 
 }  // namespace clash::server

@@ -13,6 +13,7 @@
 namespace clash::server {
 
 using cad::ReadFileCapped;
+using cad::RemoveAbandonedTemporaries;
 using cad::WriteFileAtomically;
 
 /// True for ids of the shape `prefix` + 32 lowercase hex digits (parts "p", assemblies "a",
@@ -24,8 +25,5 @@ using cad::WriteFileAtomically;
 
 /// Creates the folder and its parents. INTERNAL when that fails.
 [[nodiscard]] absl::Status MakeDirs(const std::string& dir);
-
-/// Removes files named ".tmp-*" left in `dir` by writes a crash interrupted.
-void RemoveStaleTemporaries(const std::string& dir);
 
 }  // namespace clash::server

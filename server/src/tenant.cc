@@ -79,9 +79,9 @@ absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& n
                          SceneStore::Open(tenant->dir_ + "/scenes", tenant->parts_.get()));
   CLASH_ASSIGN_OR_RETURN(cad::ImportCache cache,
                          cad::ImportCache::Open(tenant->dir_ + "/import-cache"));
-  // The cache's entries are written atomically by this process only; a kill between the
-  // temporary and its rename leaves the temporary behind.
-  RemoveStaleTemporaries(cache.dir());
+  // A kill between a cache entry's temporary and its rename leaves the temporary behind. The
+  // cache may be shared (clash-import --cache-dir): a running writer's temporaries stay.
+  RemoveAbandonedTemporaries(cache.dir());
   tenant->import_cache_.emplace(std::move(cache));
   {
     std::error_code ec;

@@ -10,7 +10,8 @@ build="$root/build-fuzz"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
       -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" \
-      -DCLASH_BUILD_FUZZ=ON -DCLASH_BUILD_TESTS=OFF -DCLASH_BUILD_BENCH=OFF >/dev/null
+      -DCLASH_BUILD_FUZZ=ON -DCLASH_BUILD_TESTS=OFF -DCLASH_BUILD_BENCH=OFF \
+      -DCLASH_TCMALLOC=OFF >/dev/null
 ninja -C "$build" -j"${CLASH_JOBS:-2}" fuzz_worker_output fuzz_request
 
 corpus="$build/corpus"

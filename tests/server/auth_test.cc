@@ -1,6 +1,9 @@
 // Tokens, tenant names, listen addresses and per-tenant quotas (server/src/auth.h, tenant.h).
 #include "auth.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -122,23 +125,35 @@ TEST_F(TenantTest, EachTenantHasItsOwnFolderAndStores) {
   EXPECT_FALSE((*again.Get("b"))->scenes().Get((*scene)->id()).ok());
 }
 
-// A write killed between its temporary and the rename leaves a ".tmp-*" file behind (the
-// process-level kill -9 test hits this by chance); opening the tenant removes those in every
-// folder the server writes atomically, and nothing else.
+// A write killed between its temporary and the rename leaves a ".tmp-<name>-<pid>-<n>" file
+// behind (the process-level kill -9 test hits this by chance); opening the tenant removes those
+// of this process and of processes that no longer run, in every folder the server writes
+// atomically. A running process's stay (it may still rename them: clash-import can share the
+// import cache), and so does everything else.
 TEST_F(TenantTest, OpeningATenantRemovesTheTemporariesOfInterruptedWrites) {
+  const pid_t dead = fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) _exit(0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const std::string ours = absl::StrCat(".tmp-entry-", getpid(), "-7");
+  const std::string gone = absl::StrCat(".tmp-entry-", dead, "-7");
+  const std::string running = absl::StrCat(".tmp-entry-", getppid(), "-7");
   const std::string tenant = dir_ + "/tenants/a";
   const std::vector<std::string> folders = {"parts", "assemblies", "scenes", "import-cache"};
   for (const std::string& folder : folders) {
     std::filesystem::create_directories(tenant + "/" + folder);
-    std::ofstream(tenant + "/" + folder + "/.tmp-entry-4273-1055") << "half written";
-    std::ofstream(tenant + "/" + folder + "/kept") << "not a temporary";
+    for (const std::string& name : {ours, gone, running, std::string("kept")}) {
+      std::ofstream(tenant + "/" + folder + "/" + name) << "half written";
+    }
   }
   TenantRegistry registry(dir_, 1000, {});
   ASSERT_TRUE(registry.Get("a").ok());
   for (const std::string& folder : folders) {
-    EXPECT_FALSE(std::filesystem::exists(tenant + "/" + folder + "/.tmp-entry-4273-1055"))
-        << folder;
-    EXPECT_TRUE(std::filesystem::exists(tenant + "/" + folder + "/kept")) << folder;
+    const std::string in = tenant + "/" + folder + "/";
+    EXPECT_FALSE(std::filesystem::exists(in + ours)) << folder;
+    EXPECT_FALSE(std::filesystem::exists(in + gone)) << folder;
+    EXPECT_TRUE(std::filesystem::exists(in + running)) << folder;
+    EXPECT_TRUE(std::filesystem::exists(in + "kept")) << folder;
   }
 }
 

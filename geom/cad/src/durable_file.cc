@@ -1,6 +1,7 @@
 #include "clash/cad/durable_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,7 +10,10 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace clash::cad {
@@ -55,6 +59,28 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
   }
   SyncDir(dir);
   return absl::OkStatus();
+}
+
+void RemoveAbandonedTemporaries(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!absl::StartsWith(name, ".tmp-")) continue;
+    // The writer's pid is the second field from the end.
+    const std::size_t last = name.rfind('-');
+    if (last == std::string::npos || last == 0) continue;
+    const std::size_t before = name.rfind('-', last - 1);
+    if (before == std::string::npos || before < 4) continue;
+    int64_t pid = 0;
+    if (!absl::SimpleAtoi(absl::string_view(name).substr(before + 1, last - before - 1), &pid) ||
+        pid <= 0 || pid > std::numeric_limits<pid_t>::max()) {
+      continue;
+    }
+    // kill(pid, 0): ESRCH when no such process; EPERM means it runs under another user.
+    const bool running = static_cast<pid_t>(pid) != getpid() &&
+                         (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH);
+    if (!running) std::filesystem::remove(e.path(), ec);
+  }
 }
 
 absl::StatusOr<std::string> ReadFileCapped(const std::string& path, std::size_t max_bytes) {

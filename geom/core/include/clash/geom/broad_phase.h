@@ -100,7 +100,8 @@ class DynamicAabbTree {
     int32_t height = 0;           // 0 for a leaf, -1 while free
     [[nodiscard]] bool IsLeaf() const { return child1 == kNullProxy; }
   };
-  static_assert(sizeof(Aabb) == 48, "the query fields must fill one cache line");
+  static_assert(sizeof(Aabb) == 48 && sizeof(Node) == 128,
+                "the query fields fill the first cache line of a node, the rest the second");
 
   template <class Visit, class... Args>
   static bool Continue(Visit& visit, Args... args) {
