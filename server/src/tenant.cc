@@ -80,7 +80,9 @@ absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& n
   CLASH_ASSIGN_OR_RETURN(cad::ImportCache cache,
                          cad::ImportCache::Open(tenant->dir_ + "/import-cache"));
   // A kill between a cache entry's temporary and its rename leaves the temporary behind. The
-  // cache may be shared (clash-import --cache-dir): a running writer's temporaries stay.
+  // cache may be shared (clash-import --cache-dir): a running writer's temporaries stay. Here,
+  // not in ImportCache::Open: this process writes nothing into the cache before its tenant is
+  // open, while an open cache may be opened again by another thread that is writing.
   RemoveAbandonedTemporaries(cache.dir());
   tenant->import_cache_.emplace(std::move(cache));
   {

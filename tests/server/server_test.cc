@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -85,20 +86,27 @@ std::string FetchMetrics(int port) {
   return body;
 }
 
-// Waits (up to a minute) until the gauge `name` on the metrics port is non-zero; whether it is.
-bool WaitForGauge(int port, const std::string& name) {
-  auto nonzero = [&] {
-    const std::string body = FetchMetrics(port);
-    const std::string key = absl::StrCat("\n", name, " ");
-    const std::size_t at = body.find(key);
-    return at != std::string::npos && body[at + key.size()] != '0';
-  };
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!nonzero()) {
+// Calls done() every `every` until it returns true or `limit` has passed; whether it did.
+bool PollUntil(const std::function<bool()>& done, std::chrono::seconds limit,
+               std::chrono::milliseconds every) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
     if (std::chrono::steady_clock::now() >= end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(every);
   }
   return true;
+}
+
+// Waits (up to a minute) until the gauge `name` on the metrics port is non-zero; whether it is.
+bool WaitForGauge(int port, const std::string& name) {
+  const std::string key = absl::StrCat("\n", name, " ");
+  return PollUntil(
+      [&] {
+        const std::string body = FetchMetrics(port);
+        const std::size_t at = body.find(key);
+        return at != std::string::npos && body[at + key.size()] != '0';
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(2));
 }
 
 // The metrics once the server has recorded a call of `method` (waits up to two minutes: the
@@ -106,12 +114,12 @@ bool WaitForGauge(int port, const std::string& name) {
 std::string MetricsOnceRecorded(int port, const std::string& method) {
   const std::string key = absl::StrCat("clashd_requests_total{method=\"", method, "\"");
   std::string body;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  do {
-    body = FetchMetrics(port);
-    if (body.find(key) != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  } while (std::chrono::steady_clock::now() < end);
+  PollUntil(
+      [&] {
+        body = FetchMetrics(port);
+        return body.find(key) != std::string::npos;
+      },
+      std::chrono::seconds(120), std::chrono::milliseconds(5));
   return body;
 }
 

@@ -11,13 +11,19 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace clash::cad {
 namespace {
+
+// WriteFileAtomically's temporaries: kTemporaryPrefix + "<name>-<pid>-<n>".
+constexpr absl::string_view kTemporaryPrefix = ".tmp-";
 
 std::string Errno(int err) { return std::strerror(err); }
 
@@ -45,8 +51,8 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
   static std::atomic<uint64_t> counter{0};
   const std::filesystem::path target(path);
   const std::string dir = target.parent_path().string();
-  const std::string tmp =
-      absl::StrCat(dir, "/.tmp-", target.filename().string(), "-", getpid(), "-", counter++);
+  const std::string tmp = absl::StrCat(dir, "/", kTemporaryPrefix, target.filename().string(), "-",
+                                       getpid(), "-", counter++);
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", Errno(errno)));
   const bool written = WriteAll(fd, bytes) && fsync(fd) == 0;
@@ -65,15 +71,12 @@ void RemoveAbandonedTemporaries(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (!absl::StartsWith(name, ".tmp-")) continue;
-    // The writer's pid is the second field from the end.
-    const std::size_t last = name.rfind('-');
-    if (last == std::string::npos || last == 0) continue;
-    const std::size_t before = name.rfind('-', last - 1);
-    if (before == std::string::npos || before < 4) continue;
+    if (!absl::StartsWith(name, kTemporaryPrefix)) continue;
+    // The writer's pid is the second field from the end ("<name>" may hold dashes itself).
+    const std::vector<absl::string_view> fields = absl::StrSplit(name, '-');
     int64_t pid = 0;
-    if (!absl::SimpleAtoi(absl::string_view(name).substr(before + 1, last - before - 1), &pid) ||
-        pid <= 0 || pid > std::numeric_limits<pid_t>::max()) {
+    if (fields.size() < 4 || !absl::SimpleAtoi(fields[fields.size() - 2], &pid) || pid <= 0 ||
+        pid > std::numeric_limits<pid_t>::max()) {
       continue;
     }
     // kill(pid, 0): ESRCH when no such process; EPERM means it runs under another user.

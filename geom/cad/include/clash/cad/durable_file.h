@@ -17,7 +17,7 @@ namespace clash::cad {
 /// removed).
 [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
-/// Removes the temporaries of WriteFileAtomically in `dir` ("<dot>tmp-<name>-<pid>-<n>") that a
+/// Removes the temporaries of WriteFileAtomically in `dir` (".tmp-<name>-<pid>-<n>") that a
 /// crash or a kill left behind: those of this process (call it when no write into `dir` is under
 /// way) and those whose process no longer runs. A live process's are kept: it may still rename
 /// them (the import cache is shared with other processes). Files named otherwise are not
