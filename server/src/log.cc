@@ -15,6 +15,8 @@ std::atomic<bool> quiet{false};
 
 void SetQuietLogging(bool q) { quiet = q; }
 
+bool InfoLogged() { return !quiet; }
+
 void LogLine(LogLevel level, std::string_view message) {
   if (level == LogLevel::kInfo && quiet) return;
   const char* tag = level == LogLevel::kInfo ? "I" : level == LogLevel::kWarning ? "W" : "E";

@@ -15,4 +15,7 @@ void LogLine(LogLevel level, std::string_view message);
 /// Silences kInfo lines (tests).
 void SetQuietLogging(bool quiet);
 
+/// False when kInfo lines are silenced: callers need not format them.
+[[nodiscard]] bool InfoLogged();
+
 }  // namespace clash::server

@@ -1388,7 +1388,7 @@ TEST_F(ServerTest, ACancelledQueryStopsInsideItsWork) {
 
 // An upload cancelled by the client while the server waits for it ends CANCELLED in the
 // server's own record, not as an invalid (empty) upload: the stop check asks gRPC about
-// cancellation only from a millisecond into a call, so the end of the stream is asked directly.
+// cancellation only from 5 ms into a call, so the end of the stream is asked directly.
 TEST_F(ServerTest, AnUploadCancelledBeforeItsHeaderIsCancelled) {
   auto stub = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
   grpc::ClientContext ctx;
