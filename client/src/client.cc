@@ -8,8 +8,11 @@
 #include <sstream>
 #include <string_view>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -21,14 +24,25 @@ bool Retryable(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
-// Hosts whose traffic never leaves the machine: "localhost", 127.x.y.z, [::1], unix sockets.
-bool IsLoopbackTarget(std::string_view target) {
-  if (target.rfind("unix:", 0) == 0) return true;
-  if (target.rfind("dns:///", 0) == 0) target.remove_prefix(7);
-  if (target.rfind("ipv4:", 0) == 0 || target.rfind("ipv6:", 0) == 0) target.remove_prefix(5);
-  if (target.rfind("[::1]", 0) == 0) return true;
-  const std::string_view host = target.substr(0, target.rfind(':'));
-  return host == "localhost" || host.rfind("127.", 0) == 0;
+// One address ("host", "host:port", "[v6]", "[v6]:port") that stays on this machine.
+bool IsLoopbackAddress(std::string_view address) {
+  if (address.rfind('[', 0) == 0) {
+    const std::size_t close = address.find(']');
+    if (close == std::string_view::npos || address.substr(1, close - 1) != "::1") return false;
+    const std::string_view rest = address.substr(close + 1);
+    return rest.empty() || rest.front() == ':';
+  }
+  const std::string_view host = address.substr(0, address.find(':'));
+  if (host == "localhost") return true;
+  // 127.0.0.0/8 as four decimal octets (Debian's Abseil has its own string_view).
+  std::vector<absl::string_view> octets =
+      absl::StrSplit(absl::string_view(host.data(), host.size()), '.');
+  if (octets.size() != 4 || octets[0] != "127") return false;
+  for (absl::string_view o : octets) {
+    int v = 0;
+    if (o.empty() || o.size() > 3 || !absl::SimpleAtoi(o, &v) || v < 0 || v > 255) return false;
+  }
+  return true;
 }
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
@@ -54,6 +68,24 @@ absl::StatusOr<std::string> FirstLineOf(const std::string& path) {
 }
 
 }  // namespace
+
+bool IsLoopbackTarget(std::string_view target) {
+  if (target.rfind("unix:", 0) == 0 || target.rfind("unix-abstract:", 0) == 0) return true;
+  bool list = false;  // ipv4: and ipv6: targets may list several addresses
+  if (target.rfind("dns:///", 0) == 0) {
+    target.remove_prefix(7);
+  } else if (target.rfind("ipv4:", 0) == 0 || target.rfind("ipv6:", 0) == 0) {
+    target.remove_prefix(5);
+    list = true;
+  }
+  if (target.empty()) return false;
+  if (!list) return IsLoopbackAddress(target);
+  for (absl::string_view address :
+       absl::StrSplit(absl::string_view(target.data(), target.size()), ',')) {
+    if (!IsLoopbackAddress(std::string_view(address.data(), address.size()))) return false;
+  }
+  return true;
+}
 
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "clash/client/client.h"
 #include "clashctl/args.h"
 #include "clashctl/format.h"
 #include "testing/status_matchers.h"
@@ -608,6 +609,24 @@ TEST(ProgressLine, PercentBarAndRate) {
   EXPECT_EQ(ProgressLine(5'000'000, 10'000'000, 2.0),
             "[###############---------------]  50%  5.0/10.0 MB  2.5 MB/s");
   EXPECT_THAT(ProgressLine(0, 0, 0), HasSubstr("100%"));
+}
+
+// A token goes without TLS only to targets whose every address is on this machine.
+TEST(IsLoopbackTarget, OnlyAddressesOnThisMachine) {
+  for (const char* target :
+       {"localhost:50051", "localhost", "127.0.0.1:50051", "127.1.2.3:7", "[::1]:50051", "[::1]",
+        "dns:///localhost:50051", "dns:///127.0.0.1:50051", "ipv4:127.0.0.1:1,127.0.0.2:2",
+        "ipv6:[::1]:50051", "unix:/tmp/clashd.sock", "unix-abstract:clashd"}) {
+    EXPECT_TRUE(client::IsLoopbackTarget(target)) << target;
+  }
+  for (const char* target :
+       {"127.0.0.1.evil.example:50051", "127.evil.example:1", "localhost.evil.example:50051",
+        "ipv4:127.0.0.1:1,10.0.0.5:50051", "ipv4:10.0.0.5:50051", "10.0.0.5:50051",
+        "127.0.0.1,10.0.0.5:50051", "[::2]:50051", "[::1", "[::1]x", "ipv6:[::1]:1,[2001:db8::1]:2",
+        "dns://8.8.8.8/localhost:50051", "dns:///", "", "127.0.0.256:1", "127.0.0:1",
+        "example.com:443"}) {
+    EXPECT_FALSE(client::IsLoopbackTarget(target)) << target;
+  }
 }
 
 }  // namespace

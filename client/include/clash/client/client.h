@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -140,5 +141,12 @@ class Client {
 
 /// The absl status of a gRPC status (same code and message).
 [[nodiscard]] absl::Status FromGrpc(const grpc::Status& status);
+
+/// Whether every address of a gRPC target is on this machine, so that a token may go to it
+/// without TLS: unix sockets, "localhost", "[::1]" and 127.0.0.0/8 written as four decimal
+/// octets, with a port or not, bare or after "dns:///", "ipv4:" or "ipv6:" (an address list
+/// only when every address is one of these). Anything else, including a host name that merely
+/// starts with "127." or "localhost", is not.
+[[nodiscard]] bool IsLoopbackTarget(std::string_view target);
 
 }  // namespace clash::client
