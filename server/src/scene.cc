@@ -219,19 +219,39 @@ std::vector<std::shared_ptr<Scene>> SceneStore::List(const std::string& after,
   return out;
 }
 
-absl::Status SceneStore::Delete(const std::string& id) {
+absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> SceneStore::LockForWrite(
+    Scene& scene, absl::Time deadline) {
+  std::unique_lock lock(scene.mu, absl::ToChronoTime(deadline));
+  if (!lock.owns_lock()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "scene ", scene.id(), " is busy (a running query or sequence holds it); try again"));
+  }
+  if (scene.deleted) return absl::NotFoundError(absl::StrCat("no scene ", scene.id()));
+  return lock;
+}
+
+absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
+  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, Get(id));
+  // The scene's lock first, without the store's: a query may hold it for long, and Get must
+  // not wait for that.
+  CLASH_ASSIGN_OR_RETURN(std::unique_lock<std::shared_timed_mutex> scene_lock,
+                         LockForWrite(*scene, deadline));
   std::lock_guard lock(mu_);
   auto it = scenes_.find(id);
-  if (it == scenes_.end()) return absl::NotFoundError(absl::StrCat("no scene ", id));
+  if (it == scenes_.end() || it->second != scene) {
+    return absl::NotFoundError(absl::StrCat("no scene ", id));
+  }
   std::error_code ec;
   if (!std::filesystem::remove(ScenePath(id), ec) && ec) {
     return absl::InternalError(absl::StrCat("cannot delete scene ", id, ": ", ec.message()));
   }
+  scene->deleted = true;  // an edit that fetched it before cannot write it back
   scenes_.erase(it);
   return absl::OkStatus();
 }
 
 absl::Status SceneStore::Commit(Scene& scene) {
+  if (scene.deleted) return absl::NotFoundError(absl::StrCat("no scene ", scene.id()));
   store::v1::StoredScene stored;
   stored.set_scene_id(scene.id());
   stored.set_name(scene.name);

@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "clash/geom/aabb.h"
 #include "clash/geom/broad_phase.h"
 #include "clash/geom/interference.h"
@@ -53,7 +54,10 @@ class Scene {
   explicit Scene(std::string id) : id_(std::move(id)) {}
   [[nodiscard]] const std::string& id() const { return id_; }
 
-  mutable std::shared_mutex mu;
+  /// Timed, so that a writer waits for running queries only until its call's deadline.
+  mutable std::shared_timed_mutex mu;
+  /// Set (under mu, exclusively) when the scene is deleted: no write may follow.
+  bool deleted = false;
   std::string name;
   uint64_t version = 0;
   int64_t create_time_s = 0;
@@ -107,10 +111,17 @@ class SceneStore {
   /// Up to `limit` scenes with ids greater than `after`, in id order.
   [[nodiscard]] std::vector<std::shared_ptr<Scene>> List(const std::string& after,
                                                          std::size_t limit) const;
-  [[nodiscard]] absl::Status Delete(const std::string& id);
+  /// Deletes a scene once no query or edit holds it: waits for its lock until `deadline`
+  /// (DEADLINE_EXCEEDED after that, nothing deleted). NOT_FOUND for an unknown id.
+  [[nodiscard]] absl::Status Delete(const std::string& id, absl::Time deadline);
+
+  /// The scene's lock for a write, waited for until `deadline`: DEADLINE_EXCEEDED when a query
+  /// still holds it then, NOT_FOUND when the scene was deleted meanwhile.
+  [[nodiscard]] static absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> LockForWrite(
+      Scene& scene, absl::Time deadline);
 
   /// Writes the scene (hold its mu). On failure the in-memory scene is restored from its file,
-  /// so memory never runs ahead of the disk.
+  /// so memory never runs ahead of the disk. NOT_FOUND for a deleted scene (nothing written).
   [[nodiscard]] absl::Status Commit(Scene& scene);
 
  private:

@@ -110,6 +110,14 @@ StopCheck MakeStop(const grpc::ServerContext* ctx, absl::Time deadline) {
   };
 }
 
+// Group names: 1 to 256 bytes (SetGroup and the groups of AddInstances alike).
+absl::Status CheckGroupName(const std::string& group) {
+  if (group.empty() || group.size() > 256) {
+    return absl::InvalidArgumentError("group names have 1 to 256 bytes");
+  }
+  return absl::OkStatus();
+}
+
 // Page tokens of listings: the last id of the previous page.
 absl::StatusOr<std::size_t> PageSize(int requested, int fallback, int max) {
   if (requested < 0) return absl::InvalidArgumentError("page_size must be >= 0");
@@ -378,13 +386,16 @@ struct ClashServer::Impl {
     }
     grpc::Status DeleteScene(grpc::ServerContext* ctx, const v1::DeleteSceneRequest* request,
                              v1::DeleteSceneResponse*) override {
-      return impl_->Serve(ctx, "DeleteScene",
-                          [&](Tenant& t) { return t.scenes().Delete(request->scene_id()); });
+      return impl_->Serve(ctx, "DeleteScene", [&](Tenant& t) {
+        return t.scenes().Delete(request->scene_id(),
+                                 CallDeadline(ctx, impl_->config.max_query_seconds));
+      });
     }
     grpc::Status AddInstances(grpc::ServerContext* ctx, const v1::AddInstancesRequest* request,
                               v1::AddInstancesResponse* response) override {
-      return impl_->Serve(ctx, "AddInstances",
-                          [&](Tenant& t) { return impl_->DoAddInstances(t, *request, response); });
+      return impl_->Serve(ctx, "AddInstances", [&](Tenant& t) {
+        return impl_->DoAddInstances(t, ctx, *request, response);
+      });
     }
     grpc::Status ListInstances(grpc::ServerContext* ctx, const v1::ListInstancesRequest* request,
                                v1::ListInstancesResponse* response) override {
@@ -413,7 +424,7 @@ struct ClashServer::Impl {
                           v1::SceneUpdateResponse* response) override {
       return impl_->Serve(ctx, "SetPoses", [&](Tenant& t) {
         return impl_->EditScene(
-            t, request->scene_id(), response, [&](Scene& scene) -> absl::Status {
+            t, ctx, request->scene_id(), response, false, [&](Scene& scene) -> absl::Status {
               std::vector<std::pair<InstanceRec*, geom::RigidTransform>> updates;
               for (const v1::PoseUpdate& u : request->poses()) {
                 InstanceRec* rec = scene.Find(u.instance_id());
@@ -434,7 +445,7 @@ struct ClashServer::Impl {
                                  const v1::RemoveInstancesRequest* request,
                                  v1::SceneUpdateResponse* response) override {
       return impl_->Serve(ctx, "RemoveInstances", [&](Tenant& t) {
-        return impl_->EditScene(t, request->scene_id(), response,
+        return impl_->EditScene(t, ctx, request->scene_id(), response, false,
                                 [&](Scene& scene) -> absl::Status {
                                   for (uint64_t id : request->instance_ids()) {
                                     if (scene.Find(id) == nullptr) {
@@ -450,7 +461,7 @@ struct ClashServer::Impl {
                                      const v1::SetInstancesEnabledRequest* request,
                                      v1::SceneUpdateResponse* response) override {
       return impl_->Serve(ctx, "SetInstancesEnabled", [&](Tenant& t) {
-        return impl_->EditScene(t, request->scene_id(), response,
+        return impl_->EditScene(t, ctx, request->scene_id(), response, false,
                                 [&](Scene& scene) -> absl::Status {
                                   std::vector<InstanceRec*> recs;
                                   for (uint64_t id : request->instance_ids()) {
@@ -468,21 +479,19 @@ struct ClashServer::Impl {
     grpc::Status SetGroup(grpc::ServerContext* ctx, const v1::SetGroupRequest* request,
                           v1::SceneUpdateResponse* response) override {
       return impl_->Serve(ctx, "SetGroup", [&](Tenant& t) {
-        return impl_->EditScene(
-            t, request->scene_id(), response, [&](Scene& scene) -> absl::Status {
-              if (request->group().empty() || request->group().size() > 256) {
-                return absl::InvalidArgumentError("group names have 1 to 256 bytes");
-              }
-              std::set<uint64_t> members;
-              for (uint64_t id : request->instance_ids()) {
-                if (scene.Find(id) == nullptr) {
-                  return absl::NotFoundError(absl::StrCat("no instance ", id));
-                }
-                members.insert(id);
-              }
-              scene.SetGroup(request->group(), members);
-              return absl::OkStatus();
-            });
+        CLASH_RETURN_IF_ERROR(CheckGroupName(request->group()));
+        return impl_->EditScene(t, ctx, request->scene_id(), response, true,
+                                [&](Scene& scene) -> absl::Status {
+                                  std::set<uint64_t> members;
+                                  for (uint64_t id : request->instance_ids()) {
+                                    if (scene.Find(id) == nullptr) {
+                                      return absl::NotFoundError(absl::StrCat("no instance ", id));
+                                    }
+                                    members.insert(id);
+                                  }
+                                  scene.SetGroup(request->group(), members);
+                                  return absl::OkStatus();
+                                });
       });
     }
 
@@ -567,11 +576,18 @@ struct ClashServer::Impl {
 
   // Applies an all-or-nothing edit: `edit` validates before it changes anything; the change is
   // on disk before the reply.
+  // The scene's lock is waited for until the call's deadline (a query or a sequence may hold
+  // it): an edit that answers DEADLINE_EXCEEDED has changed nothing. `grows`: the edit may make
+  // the scene's file larger, so the tenant's storage quota is checked first (edits that cannot,
+  // such as removals, are never refused for it: a tenant over its quota can still free space).
   template <class Edit>
-  absl::Status EditScene(Tenant& t, const std::string& scene_id, v1::SceneUpdateResponse* response,
-                         Edit&& edit) {
+  absl::Status EditScene(Tenant& t, const grpc::ServerContext* ctx, const std::string& scene_id,
+                         v1::SceneUpdateResponse* response, bool grows, Edit&& edit) {
     CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(scene_id));
-    std::unique_lock lock(scene->mu);
+    if (grows) CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
+    CLASH_ASSIGN_OR_RETURN(
+        std::unique_lock<std::shared_timed_mutex> lock,
+        SceneStore::LockForWrite(*scene, CallDeadline(ctx, config.max_query_seconds)));
     CLASH_RETURN_IF_ERROR(edit(*scene));
     scene->Touch();
     CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene));
@@ -583,7 +599,8 @@ struct ClashServer::Impl {
   absl::StatusOr<std::shared_ptr<Tenant>> Admit(const grpc::ServerContext* ctx);
   grpc::Status AdmitHealth(const grpc::ServerContext* ctx);
 
-  absl::Status DoAddInstances(Tenant& t, const v1::AddInstancesRequest& request,
+  absl::Status DoAddInstances(Tenant& t, const grpc::ServerContext* ctx,
+                              const v1::AddInstancesRequest& request,
                               v1::AddInstancesResponse* response);
   absl::Status DoImportCad(Tenant& t, grpc::ServerContext* ctx,
                            grpc::ServerReader<v1::ImportCadRequest>* reader,
@@ -646,7 +663,8 @@ grpc::Status ClashServer::Impl::AdmitHealth(const grpc::ServerContext* ctx) {
   return tenant.ok() ? grpc::Status::OK : ToGrpc(tenant.status());
 }
 
-absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const v1::AddInstancesRequest& request,
+absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerContext* ctx,
+                                               const v1::AddInstancesRequest& request,
                                                v1::AddInstancesResponse* response) {
   CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(request.scene_id()));
   CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
@@ -664,6 +682,7 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const v1::AddInstances
     item.path = p.path();
     item.name = p.name().empty() ? item.part->info.name() : p.name();
     item.enabled = !p.disabled();
+    for (const std::string& g : p.groups()) CLASH_RETURN_IF_ERROR(CheckGroupName(g));
     item.groups.insert(p.groups().begin(), p.groups().end());
     pending.push_back(std::move(item));
   }
@@ -672,6 +691,7 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const v1::AddInstances
     CLASH_ASSIGN_OR_RETURN(v1::Assembly assembly, t.parts().GetAssembly(a.assembly_id()));
     CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X_WA,
                            PoseFromProto(a.pose(), absl::StrCat("assemblies[", i, "].pose")));
+    for (const std::string& g : a.groups()) CLASH_RETURN_IF_ERROR(CheckGroupName(g));
     for (const v1::AssemblyInstance& inst : assembly.instances()) {
       InstanceRec item;
       CLASH_ASSIGN_OR_RETURN(item.part, t.parts().Get(inst.part_id()));
@@ -684,7 +704,9 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const v1::AddInstances
       pending.push_back(std::move(item));
     }
   }
-  std::unique_lock lock(scene->mu);
+  CLASH_ASSIGN_OR_RETURN(
+      std::unique_lock<std::shared_timed_mutex> lock,
+      SceneStore::LockForWrite(*scene, CallDeadline(ctx, config.max_query_seconds)));
   std::set<std::string> new_paths;
   uint64_t next_id = scene->next_instance_id;
   for (InstanceRec& item : pending) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "clash/client/client.h"
 #include "clash/geom/interference.h"
 #include "clash/geom/query.h"
@@ -1441,6 +1442,182 @@ TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
   EXPECT_THAT(
       body, ::testing::HasSubstr("clashd_request_duration_seconds_bucket{method=\"CreateScene\""));
   EXPECT_THAT(body, ::testing::HasSubstr("clashd_import_waiting 0"));
+}
+
+// An edit or a deletion waits for a running query only until its call's deadline, and one that
+// gave up has changed nothing: before, it went on waiting and applied itself after the client
+// had been told DEADLINE_EXCEEDED.
+TEST_F(ServerTest, WritesWaitForARunningQueryOnlyUntilTheirDeadline) {
+  // 240 crowded cylinders: ~28 700 crossing pairs, a check of about 2 s here (~1 s for 160),
+  // far longer than the two writes below wait.
+  std::mt19937 rng = testing::SeededRng(33);
+  const std::string cyl = Upload(testing::MakeCylinder(3, 10, 48), "cyl");
+  const std::string scene = NewScene();
+  for (int i = 0; i < 240; ++i) {
+    Place(scene, cyl, testing::RandomPose(rng, 1.5), "c" + std::to_string(i));
+  }
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const uint64_t id = Place(scene, box, RigidTransform::Identity(), "box");
+  auto queries = v1::QueryService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  auto scenes = v1::SceneService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  grpc::ClientContext query_ctx;
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene);
+  grpc::Status query_status;
+  std::atomic<bool> query_done{false};
+  std::thread query([&] {
+    v1::InterferenceResponse resp;
+    query_status = queries->CheckInterference(&query_ctx, req, &resp);
+    query_done = true;
+  });
+  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_query_running"));
+  const auto short_deadline = [] {
+    return std::chrono::system_clock::now() + std::chrono::milliseconds(150);
+  };
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(short_deadline());
+    v1::SetPosesRequest moves;
+    moves.set_scene_id(scene);
+    v1::PoseUpdate* u = moves.add_poses();
+    u->set_instance_id(id);
+    *u->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), Vec3(50, 0, 0)});
+    v1::SceneUpdateResponse resp;
+    EXPECT_EQ(scenes->SetPoses(&ctx, moves, &resp).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(short_deadline());
+    v1::DeleteSceneRequest del;
+    del.set_scene_id(scene);
+    v1::DeleteSceneResponse resp;
+    EXPECT_EQ(scenes->DeleteScene(&ctx, del, &resp).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // Still running: the writes above gave up on its lock, not on a finished query.
+  EXPECT_THAT(FetchMetrics(server_->metrics_port()),
+              ::testing::HasSubstr("clashd_query_running 1"));
+  query_ctx.TryCancel();
+  query.join();
+  EXPECT_EQ(query_status.error_code(), grpc::StatusCode::CANCELLED);
+  // Once the query is gone the writes could have gone ahead: they must not have.
+  MetricsOnceRecorded(server_->metrics_port(), "CheckInterference");
+  auto instances = client_->ListInstances(scene);
+  ASSERT_THAT(instances.status(), IsOk());
+  bool seen = false;
+  for (const v1::Instance& inst : *instances) {
+    if (inst.instance_id() != id) continue;
+    seen = true;
+    EXPECT_EQ(FromPose(inst.pose()).t, Vec3::Zero());
+  }
+  EXPECT_TRUE(seen);
+  // And now they go through.
+  v1::SetPosesRequest moves;
+  moves.set_scene_id(scene);
+  v1::PoseUpdate* u = moves.add_poses();
+  u->set_instance_id(id);
+  *u->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), Vec3(50, 0, 0)});
+  EXPECT_THAT(client_->SetPoses(moves).status(), IsOk());
+  EXPECT_THAT(client_->DeleteScene(scene), IsOk());
+}
+
+// An edit that fetched a scene before it was deleted cannot write it back: the scene would
+// otherwise reappear after a restart.
+TEST_F(ServerTest, ADeletedSceneIsNeverWrittenAgain) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene_id = NewScene();
+  Place(scene_id, box, RigidTransform::Identity(), "a");
+  client_.reset();
+  server_.reset();
+  {
+    auto stores = OpenStores();
+    ASSERT_THAT(stores.status(), IsOk());
+    auto scene = stores->scenes->Get(scene_id);  // what an edit holds when the delete comes
+    ASSERT_THAT(scene.status(), IsOk());
+    ASSERT_THAT(stores->scenes->Delete(scene_id, absl::InfiniteFuture()), IsOk());
+    EXPECT_THAT(SceneStore::LockForWrite(**scene, absl::InfiniteFuture()).status(),
+                StatusIs(absl::StatusCode::kNotFound, ""));
+    std::unique_lock lock((*scene)->mu);
+    (*scene)->name = "edited after the delete";
+    (*scene)->Touch();
+    EXPECT_THAT(stores->scenes->Commit(**scene), StatusIs(absl::StatusCode::kNotFound, ""));
+    EXPECT_THAT(stores->scenes->Get(scene_id).status(), StatusIs(absl::StatusCode::kNotFound, ""));
+    EXPECT_THAT(stores->scenes->Delete(scene_id, absl::InfiniteFuture()),
+                StatusIs(absl::StatusCode::kNotFound, ""));
+  }
+  auto reopened = OpenStores();
+  ASSERT_THAT(reopened.status(), IsOk());
+  EXPECT_THAT(reopened->scenes->Get(scene_id).status(), StatusIs(absl::StatusCode::kNotFound, ""));
+}
+
+// Group names have 1 to 256 bytes wherever they are given; a bad one changes nothing.
+TEST_F(ServerTest, GroupNamesOfAddedInstancesAreChecked) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  for (const std::string& group : {std::string(), std::string(257, 'g')}) {
+    v1::AddInstancesRequest req;
+    req.set_scene_id(scene);
+    v1::PartPlacement* p = req.add_parts();
+    p->set_part_id(box);
+    p->set_path("a");
+    *p->mutable_pose() = ToPose(RigidTransform::Identity());
+    p->add_groups(group);
+    EXPECT_THAT(client_->AddInstances(req).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, "group names"));
+  }
+  auto instances = client_->ListInstances(scene);
+  ASSERT_THAT(instances.status(), IsOk());
+  EXPECT_TRUE(instances->empty());
+  // 256 bytes are fine.
+  v1::AddInstancesRequest req;
+  req.set_scene_id(scene);
+  v1::PartPlacement* p = req.add_parts();
+  p->set_part_id(box);
+  *p->mutable_pose() = ToPose(RigidTransform::Identity());
+  p->add_groups(std::string(256, 'g'));
+  EXPECT_THAT(client_->AddInstances(req).status(), IsOk());
+}
+
+// A tenant over its storage quota cannot grow a scene (new instances, groups) but can still
+// move, disable and remove instances and delete scenes, which free space or keep it.
+TEST_F(ServerTest, ATenantOverItsQuotaCanStillFreeSpace) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  const uint64_t a = Place(scene, box, RigidTransform::Identity(), "a");
+  const uint64_t b = Place(scene, box, RigidTransform{geom::Mat3::Identity(), Vec3(5, 0, 0)}, "b");
+  ServerConfig config;
+  config.tenant_max_storage_bytes = 1;  // far below what the part and the scene take
+  Restart(config);
+  v1::SetGroupRequest group;
+  group.set_scene_id(scene);
+  group.set_group("g");
+  group.add_instance_ids(a);
+  EXPECT_THAT(client_->SetGroup(group).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, ""));
+  v1::AddInstancesRequest add;
+  add.set_scene_id(scene);
+  v1::PartPlacement* p = add.add_parts();
+  p->set_part_id(box);
+  *p->mutable_pose() = ToPose(RigidTransform::Identity());
+  EXPECT_THAT(client_->AddInstances(add).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, ""));
+  v1::SetPosesRequest moves;
+  moves.set_scene_id(scene);
+  v1::PoseUpdate* u = moves.add_poses();
+  u->set_instance_id(a);
+  *u->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), Vec3(0, 9, 0)});
+  EXPECT_THAT(client_->SetPoses(moves).status(), IsOk());
+  v1::SetInstancesEnabledRequest disable;
+  disable.set_scene_id(scene);
+  disable.add_instance_ids(a);
+  disable.set_enabled(false);
+  EXPECT_THAT(client_->SetInstancesEnabled(disable).status(), IsOk());
+  v1::RemoveInstancesRequest remove;
+  remove.set_scene_id(scene);
+  remove.add_instance_ids(b);
+  EXPECT_THAT(client_->RemoveInstances(remove).status(), IsOk());
+  EXPECT_THAT(client_->DeleteScene(scene), IsOk());
 }
 
 }  // namespace
