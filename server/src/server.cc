@@ -3,10 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -108,6 +111,13 @@ StopCheck MakeStop(const grpc::ServerContext* ctx, absl::Time deadline) {
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("deadline exceeded");
     return absl::OkStatus();
   };
+}
+
+// 64 hexadecimal digits, either case (a SHA-256 as the header gives it).
+bool IsSha256Hex(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return absl::ascii_isxdigit(static_cast<unsigned char>(c));
+         });
 }
 
 // Group names: 1 to 256 bytes (SetGroup and the groups of AddInstances alike).
@@ -735,18 +745,62 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   const absl::Time start = absl::Now();
   const absl::Time deadline = CallDeadline(ctx, config.max_import_seconds);
   const StopCheck stop = MakeStop(ctx, deadline);
+  // Watches the call from its start. At the server's deadline it cancels the call, so that a
+  // client that stalls its upload (a Read that would wait forever) frees the import slot and
+  // the tenant's ticket; once the file is in, it also tells the worker about the client's
+  // cancellation or a drain (IsCancelled is not asked while this thread reads the stream).
+  // Joined however the import ends, exceptions included.
+  struct Watch {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::atomic<bool> uploaded{false};
+    std::atomic<bool> cancel{false};
+    std::thread thread;
+    ~Watch() {
+      {
+        std::lock_guard lock(mu);
+        done = true;
+      }
+      cv.notify_all();
+      if (thread.joinable()) thread.join();
+    }
+  } watch;
+  watch.thread = std::thread([&] {
+    std::unique_lock lock(watch.mu);
+    while (!watch.cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return watch.done; })) {
+      if (absl::Now() >= deadline) {
+        ctx->TryCancel();
+        watch.cancel = true;
+        return;
+      }
+      if (watch.uploaded && (ctx->IsCancelled() || draining)) {
+        watch.cancel = true;
+        return;
+      }
+    }
+  });
+  // The end of the stream, early: the deadline (the watch cancelled the call), or the client's
+  // cancellation (the stop check asks gRPC only from 5 ms into the call), not a bad upload.
+  const auto ended_early = [&]() -> absl::Status {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("the upload did not finish before the deadline");
+    }
+    return CancelledByClient(ctx);
+  };
   CLASH_ASSIGN_OR_RETURN(Tenant::ImportTicket ticket, t.StartImport());
   CLASH_ASSIGN_OR_RETURN(const std::uint64_t storage_left, t.CheckStorage(0));
   CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, import_limiter.Acquire(stop));
 
-  // A stream that ends early because the client cancelled is CANCELLED, not a bad upload (the
-  // stop check asks gRPC only from a millisecond into the call).
   v1::ImportCadRequest msg;
   if (!reader->Read(&msg) || !msg.has_header()) {
-    CLASH_RETURN_IF_ERROR(CancelledByClient(ctx));
+    CLASH_RETURN_IF_ERROR(ended_early());
     return absl::InvalidArgumentError("the first ImportCad message must carry the header");
   }
   const v1::ImportCadHeader header = msg.header();
+  if (!header.sha256().empty() && !IsSha256Hex(header.sha256())) {
+    return absl::InvalidArgumentError("header sha256 must be 64 hexadecimal digits");
+  }
   if (header.size_bytes() > config.max_upload_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("file of ", header.size_bytes(),
                                                      " bytes is above the upload limit of ",
@@ -809,8 +863,8 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
       }
       CLASH_RETURN_IF_ERROR(stop());
     }
+    CLASH_RETURN_IF_ERROR(ended_early());
     CLASH_RETURN_IF_ERROR(stop());
-    CLASH_RETURN_IF_ERROR(CancelledByClient(ctx));
     if (header.size_bytes() != 0 && total != header.size_bytes()) {
       return absl::InvalidArgumentError(
           absl::StrCat("upload has ", total, " bytes; the header announced ", header.size_bytes()));
@@ -818,7 +872,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
     if (total == 0) return absl::InvalidArgumentError("read: the uploaded file is empty");
   }
   CLASH_ASSIGN_OR_RETURN(std::string sha, cad::Sha256OfFile(file));
-  if (!header.sha256().empty() && header.sha256() != sha) {
+  if (!header.sha256().empty() && absl::AsciiStrToLower(header.sha256()) != sha) {
     return absl::InvalidArgumentError("upload does not match the sha256 in its header");
   }
 
@@ -829,21 +883,9 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   limits.address_space_bytes = config.import_memory_bytes;
   limits.temp_dir = t.tmp_dir();    // emptied when the tenant is opened, so never left behind
   limits.pool = worker_pool.get();  // null: a fresh worker per import
-  std::atomic<bool> cancel{false};
-  std::atomic<bool> done{false};
-  std::thread watcher([&] {
-    while (!done) {
-      if (ctx->IsCancelled() || draining) {
-        cancel = true;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
+  watch.uploaded = true;
   absl::StatusOr<cad::CachedAssemblyImport> imported =
-      cad::ImportAssemblyWithCache(file, options, limits, t.import_cache(), &cancel);
-  done = true;
-  watcher.join();
+      cad::ImportAssemblyWithCache(file, options, limits, t.import_cache(), &watch.cancel);
   if (!imported.ok()) return imported.status();
   const cad::ImportedAssembly& assembly = imported->assembly;
   const absl::Status complete = cad::CheckImportComplete(assembly);
@@ -887,8 +929,10 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
       continue;
     }
     part_ids[i] = (*entry)->info.part_id();
-    triangles += (*entry)->info.triangle_count();
-    if (listed.insert(part_ids[i]).second) *response->add_parts() = (*entry)->info;
+    if (listed.insert(part_ids[i]).second) {
+      triangles += (*entry)->info.triangle_count();  // each part once
+      *response->add_parts() = (*entry)->info;
+    }
   }
   if (header.strict() && !report->complete()) {
     return absl::InvalidArgumentError(absl::StrCat("incomplete import: ", report->warnings(0)));
@@ -901,11 +945,22 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
         part_ids[inst.part].empty()) {
       continue;
     }
+    // A scaled or mirrored placement has no rigid pose: the instance is left out, and said so.
+    const geom::RigidTransform X_AP = TransformOf(inst.placement);
+    if (!X_AP.IsValid()) {
+      const std::string why = absl::StrCat("instance '", inst.path,
+                                           "' left out: its placement is not a rigid motion "
+                                           "(scaled or mirrored)");
+      if (header.strict()) return absl::InvalidArgumentError(why);
+      report->add_warnings(why);
+      report->set_complete(false);
+      continue;
+    }
     v1::AssemblyInstance* ai = out.add_instances();
     ai->set_path(inst.path);
     ai->set_name(inst.name);
     ai->set_part_id(part_ids[inst.part]);
-    ToProto(TransformOf(inst.placement), ai->mutable_pose());
+    ToProto(X_AP, ai->mutable_pose());
     if (inst.color_rgb) {
       ai->mutable_color()->set_r((*inst.color_rgb)[0]);
       ai->mutable_color()->set_g((*inst.color_rgb)[1]);

@@ -1216,8 +1216,14 @@ TEST_F(ServerTest, ImportsTheAs1AssemblyFromSharedData) {
   EXPECT_FALSE(as.report().from_cache());
   EXPECT_EQ(as.instances_size(), 18);
   std::set<std::string> names;
-  for (const v1::Part& p : imported->parts()) names.insert(p.name());
+  uint64_t triangles = 0;
+  for (const v1::Part& p : imported->parts()) {
+    names.insert(p.name());
+    triangles += p.triangle_count();
+  }
   EXPECT_THAT(names, ::testing::IsSupersetOf({"nut", "bolt", "rod", "l-bracket", "plate"}));
+  // Each distinct part counted once.
+  EXPECT_EQ(as.report().triangles(), triangles);
 
   const std::string scene = NewScene();
   v1::AddInstancesRequest add;
@@ -1404,6 +1410,64 @@ TEST_F(ServerTest, AnUploadCancelledBeforeItsHeaderIsCancelled) {
                         "clashd_requests_total{method=\"ImportCad\",code=\"CANCELLED\"} 1"));
   EXPECT_THAT(body, ::testing::Not(::testing::HasSubstr(
                         "clashd_requests_total{method=\"ImportCad\",code=\"INVALID_ARGUMENT\"}")));
+}
+
+// A client that opens an upload and then sends nothing, with no deadline of its own, holds the
+// import slot only until the server's import time limit: the server then cancels the call, and
+// the slot is free for the next import.
+TEST_F(ServerTest, AStalledUploadEndsAtTheServersDeadline) {
+  ServerConfig config;
+  config.max_import_seconds = 1;
+  config.import_slots = 1;
+  config.import_queue = 0;
+  Restart(config);
+  auto stub = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  grpc::ClientContext ctx;  // no deadline
+  v1::ImportCadResponse resp;
+  const auto start = std::chrono::steady_clock::now();
+  auto upload = stub->ImportCad(&ctx, &resp);
+  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_import_running"));
+  // Sends nothing, never closes: only the server's deadline can end the call.
+  EXPECT_NE(upload->Finish().error_code(), grpc::StatusCode::OK);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(seconds, 0.9);
+  const std::string body = MetricsOnceRecorded(server_->metrics_port(), "ImportCad");
+  EXPECT_THAT(body,
+              ::testing::HasSubstr(
+                  "clashd_requests_total{method=\"ImportCad\",code=\"DEADLINE_EXCEEDED\"} 1"));
+  EXPECT_THAT(body, ::testing::HasSubstr("clashd_import_running 0"));
+  // The one slot is free again: an import is admitted (and fails only on its content).
+  grpc::ClientContext next_ctx;
+  v1::ImportCadResponse next_resp;
+  auto next = stub->ImportCad(&next_ctx, &next_resp);
+  v1::ImportCadRequest header;
+  header.mutable_header()->set_file_name("x.step");
+  ASSERT_TRUE(next->Write(header));
+  v1::ImportCadRequest chunk;
+  chunk.set_chunk("not a CAD file");
+  next->Write(chunk);
+  next->WritesDone();
+  const grpc::Status next_status = next->Finish();
+  EXPECT_EQ(next_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << next_status.error_message();
+}
+
+// The header's sha256 is 64 hexadecimal digits in either case; anything else is refused before
+// the file is read.
+TEST_F(ServerTest, TheHeaderSha256IsCheckedBeforeTheUpload) {
+  auto stub = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  grpc::ClientContext ctx;
+  v1::ImportCadResponse resp;
+  auto upload = stub->ImportCad(&ctx, &resp);
+  v1::ImportCadRequest header;
+  header.mutable_header()->set_file_name("x.step");
+  header.mutable_header()->set_sha256("not-a-digest");
+  upload->Write(header);  // the server may answer before any chunk
+  upload->WritesDone();
+  const grpc::Status status = upload->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("64 hexadecimal digits"));
 }
 
 // A check stopped part-way (deadline, cancellation) keeps the pairs it finished: the same check
