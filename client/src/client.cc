@@ -415,7 +415,7 @@ absl::StatusOr<Health> Client::CheckHealth(const std::string& service) {
       [&stub](grpc::ClientContext* c, const auto& req, auto* resp) {
         return stub->Check(c, req, resp);
       },
-      request, std::chrono::milliseconds(5000), true);
+      request, options_.health_timeout, true);
   if (!r.ok()) return r.status();
   switch (r->status()) {
     case grpc::health::v1::HealthCheckResponse::SERVING:

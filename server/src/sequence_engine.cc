@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,16 @@
 
 namespace clash::server {
 namespace {
+
+// The first rule that names the pair of a moving and a standing instance, or nullptr: such
+// pairs are no obstacle (sweeps and escape directions alike).
+const AllowRule* AllowedBy(const std::vector<AllowRule>& rules, uint64_t moving,
+                           uint64_t standing) {
+  for (const AllowRule& r : rules) {
+    if (r.CoversPair(moving, standing)) return &r;
+  }
+  return nullptr;
+}
 
 using geom::RigidTransform;
 using geom::Vec3;
@@ -179,22 +190,17 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     result.set_first_contact_t(-1);
     result.set_min_clearance_mm(std::numeric_limits<double>::infinity());
     double best_blocked = 2.0;
+    std::optional<geom::Motion> first_motion;  // of movers[k].front(), for blocked_pose
     for (const InstanceRec* m : movers[k]) {
       result.add_moving_paths(m->path);
       CLASH_ASSIGN_OR_RETURN(geom::Motion motion,
                              MotionToInstall(step.motion(), m->X_WP,
                                              absl::StrCat("step ", k + 1, " (", m->path, ")")));
+      if (!first_motion) first_motion = motion;
       std::vector<geom::SweepObstacle> obstacles;
       absl::flat_hash_map<uint64_t, const InstanceRec*> by_id;
       for (const Standing& s : standing) {
-        const AllowRule* covered = nullptr;
-        for (const AllowRule& r : rules) {
-          if (r.CoversPair(m->id, s.rec->id)) {
-            covered = &r;
-            break;
-          }
-        }
-        if (covered != nullptr) {
+        if (const AllowRule* covered = AllowedBy(rules, m->id, s.rec->id)) {
           result.add_suppressed(
               absl::StrCat(m->path, " / ", s.rec->path, " (", covered->name, ")"));
           continue;
@@ -239,7 +245,10 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         best_blocked = r.t_contact;
         result.set_ok(false);
         result.set_blocked_t(r.t_contact);
-        ToProto(r.X_contact, result.mutable_blocked_pose());
+        // The first mover's pose then, whichever mover is blocked (the proto's promise: a
+        // report places the moving group by it).
+        ToProto(m == movers[k].front() ? r.X_contact : first_motion->PoseAt(r.t_contact),
+                result.mutable_blocked_pose());
         result.clear_blockers();
         for (std::size_t i = 0; i < r.blocking_ids.size(); ++i) {
           const uint64_t id = r.blocking_ids[i];
@@ -257,11 +266,14 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       }
     }
     if (request.all_free_directions() || (request.free_directions() && !result.ok())) {
-      // Escape directions of the first moving instance from its installed pose.
+      // Escape directions of the first moving instance from its installed pose, among the
+      // obstacles its sweep saw (allowed pairs left out).
       const InstanceRec* m = movers[k].front();
       std::vector<geom::SweepObstacle> obstacles;
       for (const Standing& s : standing) {
-        obstacles.push_back({s.rec->part->geom.get(), s.X, s.rec->id});
+        if (!AllowedBy(rules, m->id, s.rec->id)) {
+          obstacles.push_back({s.rec->part->geom.get(), s.X, s.rec->id});
+        }
       }
       geom::FreeDirectionOptions fo;
       fo.contact_mm = contact_of(*m);

@@ -1346,6 +1346,80 @@ TEST_F(ServerTest, SequencesAreValidatedContinuouslyAndStreamed) {
               StatusIs(absl::StatusCode::kNotFound, "scene"));
 }
 
+// A step moving two instances together: when the second is the one blocked, blocked_pose is
+// still the first mover's pose at blocked_t (reports place the moving group by it).
+TEST_F(ServerTest, BlockedPoseIsTheFirstMoversWhicheverMoverIsBlocked) {
+  const std::string tube = Upload(testing::MakeTube(5, 20, 10, 32), "tube");
+  const std::string narrow = Upload(MakeBox(Vec3(3, 3, 20)), "narrow peg");
+  const std::string wide = Upload(MakeBox(Vec3(4, 4, 20)), "wide peg");
+  const std::string scene = NewScene();
+  Place(scene, tube, RigidTransform::Identity(), "tube");
+  Place(scene, narrow, RigidTransform::Identity(), "pegs/narrow");
+  Place(scene, tube, RigidTransform::Translation(Vec3(100, 0, 0)), "tube2");
+  Place(scene, wide, RigidTransform::Translation(Vec3(100, 0, 0)), "pegs/wide");
+  v1::ValidateSequenceRequest req;
+  req.set_scene_id(scene);
+  req.mutable_tolerances()->set_contact_tolerance_mm(0.01);
+  v1::SequenceStep* step = req.add_steps();
+  step->mutable_moving()->add_path_prefixes("pegs");
+  step->mutable_motion()->mutable_linear()->mutable_direction()->set_z(-1);
+  step->mutable_motion()->mutable_linear()->set_distance_mm(60);
+  auto report = client_->ValidateSequence(req);
+  ASSERT_THAT(report.status(), IsOk());
+  ASSERT_EQ(report->steps.size(), 1u);
+  const v1::StepResult& r = report->steps[0];
+  ASSERT_EQ(r.moving_paths_size(), 2);
+  ASSERT_EQ(r.moving_paths(0), "pegs/narrow");  // the first mover passes its tube
+  EXPECT_FALSE(r.ok());
+  ASSERT_EQ(r.blockers_size(), 1);
+  EXPECT_EQ(r.blockers(0).moving_path(), "pegs/wide");
+  EXPECT_NEAR(r.blocked_t(), 35.0 / 60.0, 0.01);
+  // The narrow peg, installed at the origin, comes down from z = 60.
+  const RigidTransform X = FromPose(r.blocked_pose());
+  EXPECT_NEAR(X.t.x(), 0.0, 1e-9);
+  EXPECT_NEAR(X.t.y(), 0.0, 1e-9);
+  EXPECT_NEAR(X.t.z(), 60.0 * (1.0 - r.blocked_t()), 1e-6);
+}
+
+// Escape directions leave out the standing instances an allowed-interference rule pairs with
+// the mover, as its sweep does: a peg allowed to overlap its tube is free in every direction.
+TEST_F(ServerTest, EscapeDirectionsLeaveOutAllowedPairs) {
+  const std::string tube = Upload(testing::MakeTube(5, 20, 10, 32), "tube");
+  const std::string wide = Upload(MakeBox(Vec3(4, 4, 20)), "wide peg");  // corners cut the tube
+  const std::string scene = NewScene();
+  Place(scene, tube, RigidTransform::Identity(), "tube");
+  Place(scene, wide, RigidTransform::Identity(), "wide");
+  v1::ValidateSequenceRequest req;
+  req.set_scene_id(scene);
+  req.mutable_tolerances()->set_contact_tolerance_mm(0.01);
+  req.set_all_free_directions(true);
+  v1::SequenceStep* step = req.add_steps();
+  step->mutable_moving()->add_path_prefixes("wide");
+  step->mutable_motion()->mutable_linear()->mutable_direction()->set_z(-1);
+  step->mutable_motion()->mutable_linear()->set_distance_mm(60);
+  // Without a rule the peg is blocked, and so are its escape directions sideways.
+  auto blocked = client_->ValidateSequence(req);
+  ASSERT_THAT(blocked.status(), IsOk());
+  ASSERT_EQ(blocked->steps.size(), 1u);
+  EXPECT_FALSE(blocked->steps[0].ok());
+  int blocked_directions = 0;
+  for (const v1::FreeDirection& d : blocked->steps[0].free_directions()) {
+    blocked_directions += !d.free();
+  }
+  EXPECT_GT(blocked_directions, 0);
+  v1::AllowedInterference* rule = step->add_allowed();
+  rule->set_name("press fit");
+  rule->mutable_a()->add_path_prefixes("wide");
+  rule->mutable_b()->add_path_prefixes("tube");
+  auto allowed = client_->ValidateSequence(req);
+  ASSERT_THAT(allowed.status(), IsOk());
+  ASSERT_EQ(allowed->steps.size(), 1u);
+  const v1::StepResult& r = allowed->steps[0];
+  EXPECT_TRUE(r.ok());
+  ASSERT_GT(r.free_directions_size(), 0);
+  for (const v1::FreeDirection& d : r.free_directions()) EXPECT_TRUE(d.free()) << d.name();
+}
+
 TEST(WorkLimiterTest, QueuesUpToItsBoundThenRefuses) {
   WorkLimiter limiter("test", 1, 1);
   auto a = limiter.Acquire({});

@@ -77,6 +77,7 @@ class Session {
       options.query_timeout = timeout;
       options.import_timeout = timeout;
       options.sequence_timeout = timeout;
+      options.health_timeout = timeout;
     }
     absl::StatusOr<std::unique_ptr<client::Client>> client = client::Client::Connect(options);
     if (!client.ok()) return client.status();

@@ -29,6 +29,8 @@ struct ClientOptions {
   std::chrono::milliseconds import_timeout{600'000};
   /// Sequence validations (batch work; the server caps them with --max-sequence-seconds).
   std::chrono::milliseconds sequence_timeout{1'800'000};
+  /// Health checks.
+  std::chrono::milliseconds health_timeout{5'000};
   /// Attempts of an idempotent call (1: no retry) and the first backoff (doubled each time,
   /// with jitter, capped at 5 s).
   int max_attempts = 4;
