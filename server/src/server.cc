@@ -276,6 +276,10 @@ struct ClashServer::Impl {
               "vertices_mm and triangles must hold 3 values per vertex and per triangle");
         }
         CLASH_RETURN_IF_ERROR(t.CheckStorage(request->ByteSizeLong()).status());
+        // Welding and the hierarchy (up to --max-part-triangles) are query-sized CPU work: they
+        // take a query slot, so that uploads cannot oversubscribe the cores.
+        const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, impl_->config.max_query_seconds));
+        CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, impl_->query_limiter.Acquire(stop));
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, t.parts().Put(in));
         *response = entry->info;
         return absl::OkStatus();

@@ -1582,6 +1582,52 @@ TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
   EXPECT_THAT(body, ::testing::HasSubstr("clashd_import_waiting 0"));
 }
 
+// A mesh upload takes a query slot for its welding and hierarchy: with the only slot held by a
+// running check and no queue, it is RESOURCE_EXHAUSTED at once; once the slot is free it works.
+TEST_F(ServerTest, MeshUploadsTakeAQuerySlot) {
+  ServerConfig config;
+  config.query_slots = 1;
+  config.query_queue = 0;
+  config.query_helpers = 0;
+  Restart(config);
+  const std::string scene = CrowdedCylinders(35);
+  auto queries = v1::QueryService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  auto parts = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  grpc::ClientContext query_ctx;
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene);
+  std::atomic<bool> query_done{false};
+  std::thread query([&] {
+    v1::InterferenceResponse resp;
+    queries->CheckInterference(&query_ctx, req, &resp);
+    query_done = true;
+  });
+  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_query_running"));
+  v1::UploadMeshRequest upload;
+  upload.set_name("box");
+  const RawMesh box = MakeBox(Vec3(1, 2, 3));
+  for (const Vec3& v : box.v) {
+    for (int k = 0; k < 3; ++k) upload.add_vertices_mm(v[k]);
+  }
+  for (const auto& t : box.t) {
+    for (uint32_t i : t) upload.add_triangles(i);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::Part part;
+    const grpc::Status status = parts->UploadMesh(&ctx, upload, &part);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  }
+  EXPECT_FALSE(query_done);  // refused for the slot, not after the check
+  query_ctx.TryCancel();
+  query.join();
+  MetricsOnceRecorded(server_->metrics_port(), "CheckInterference");
+  grpc::ClientContext ctx;
+  v1::Part part;
+  EXPECT_TRUE(parts->UploadMesh(&ctx, upload, &part).ok());
+  EXPECT_EQ(part.triangle_count(), box.t.size());
+}
+
 // An edit or a deletion waits for a running query only until its call's deadline, and one that
 // gave up has changed nothing: before, it went on waiting and applied itself after the client
 // had been told DEADLINE_EXCEEDED.
