@@ -155,8 +155,9 @@ class ServerTest : public ::testing::Test {
     Start(config);
   }
 
-  // Uploads a mesh; returns the part id.
-  std::string Upload(const RawMesh& m, const std::string& name, double deflection = 0) {
+  // The upload of a mesh.
+  static v1::UploadMeshRequest MeshUpload(const RawMesh& m, const std::string& name,
+                                          double deflection = 0) {
     v1::UploadMeshRequest req;
     req.set_name(name);
     for (const Vec3& v : m.v) {
@@ -168,7 +169,12 @@ class ServerTest : public ::testing::Test {
       for (uint32_t i : t) req.add_triangles(i);
     }
     req.set_deflection_mm(deflection);
-    auto part = client_->UploadMesh(req);
+    return req;
+  }
+
+  // Uploads a mesh; returns the part id.
+  std::string Upload(const RawMesh& m, const std::string& name, double deflection = 0) {
+    auto part = client_->UploadMesh(MeshUpload(m, name, deflection));
     EXPECT_THAT(part.status(), IsOk());
     return part.ok() ? part->part_id() : std::string();
   }
@@ -1603,15 +1609,8 @@ TEST_F(ServerTest, MeshUploadsTakeAQuerySlot) {
     query_done = true;
   });
   ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_query_running"));
-  v1::UploadMeshRequest upload;
-  upload.set_name("box");
   const RawMesh box = MakeBox(Vec3(1, 2, 3));
-  for (const Vec3& v : box.v) {
-    for (int k = 0; k < 3; ++k) upload.add_vertices_mm(v[k]);
-  }
-  for (const auto& t : box.t) {
-    for (uint32_t i : t) upload.add_triangles(i);
-  }
+  const v1::UploadMeshRequest upload = MeshUpload(box, "box");
   {
     grpc::ClientContext ctx;
     v1::Part part;
