@@ -761,7 +761,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
     std::atomic<bool> uploaded{false};
     std::atomic<bool> cancel{false};
     std::thread thread;
-    ~Watch() {
+    void Stop() {
       {
         std::lock_guard lock(mu);
         done = true;
@@ -769,6 +769,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
       cv.notify_all();
       if (thread.joinable()) thread.join();
     }
+    ~Watch() { Stop(); }
   } watch;
   watch.thread = std::thread([&] {
     std::unique_lock lock(watch.mu);
@@ -890,6 +891,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   watch.uploaded = true;
   absl::StatusOr<cad::CachedAssemblyImport> imported =
       cad::ImportAssemblyWithCache(file, options, limits, t.import_cache(), &watch.cancel);
+  watch.Stop();  // the rest is quick and never asks the client
   if (!imported.ok()) return imported.status();
   const cad::ImportedAssembly& assembly = imported->assembly;
   const absl::Status complete = cad::CheckImportComplete(assembly);
