@@ -749,10 +749,11 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   const absl::Time start = absl::Now();
   const absl::Time deadline = CallDeadline(ctx, config.max_import_seconds);
   const StopCheck stop = MakeStop(ctx, deadline);
-  // Watches the call from its start. At the server's deadline it cancels the call, so that a
-  // client that stalls its upload (a Read that would wait forever) frees the import slot and
-  // the tenant's ticket; once the file is in, it also tells the worker about the client's
-  // cancellation or a drain (IsCancelled is not asked while this thread reads the stream).
+  // Watches the call from its start. At the server's deadline during the upload it cancels the
+  // call, so that a client that stalls its upload (a Read that would wait forever) frees the
+  // import slot and the tenant's ticket; once the file is in, it tells the worker about the
+  // client's cancellation or a drain (IsCancelled is not asked while this thread reads the
+  // stream), and the deadline is the worker's own wall-clock limit (DEADLINE_EXCEEDED, "limit").
   // Joined however the import ends, exceptions included.
   struct Watch {
     std::mutex mu;
@@ -774,7 +775,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   watch.thread = std::thread([&] {
     std::unique_lock lock(watch.mu);
     while (!watch.cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return watch.done; })) {
-      if (absl::Now() >= deadline) {
+      if (!watch.uploaded && absl::Now() >= deadline) {  // the worker keeps its own limit
         ctx->TryCancel();
         watch.cancel = true;
         return;
