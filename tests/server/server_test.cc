@@ -1439,10 +1439,34 @@ TEST(WorkLimiterTest, QueuesUpToItsBoundThenRefuses) {
   // One running, one waiting: the next caller is refused at once.
   EXPECT_THAT(limiter.Acquire({}).status(),
               StatusIs(absl::StatusCode::kResourceExhausted, "queue full"));
-  // A waiter whose call is cancelled leaves with the stop status.
   *a = WorkLimiter::Permit();  // releases the slot: the waiter proceeds
   waiter.join();
   EXPECT_TRUE(got_b);
+  EXPECT_EQ(limiter.running(), 0);
+}
+
+// A waiter whose call is cancelled while it waits leaves with its stop check's status: it gives
+// up its place in the queue and takes no slot.
+TEST(WorkLimiterTest, AWaiterWhoseStopFiresLeavesWithTheStopStatus) {
+  WorkLimiter limiter("test", 1, 1);
+  auto a = limiter.Acquire({});
+  ASSERT_THAT(a.status(), IsOk());
+  std::atomic<bool> cancelled{false};
+  absl::Status waited;
+  std::thread waiter([&] {
+    waited = limiter
+                 .Acquire([&] {
+                   return cancelled ? absl::CancelledError("caller went away") : absl::OkStatus();
+                 })
+                 .status();
+  });
+  while (limiter.waiting() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  cancelled = true;
+  waiter.join();
+  EXPECT_EQ(waited, absl::CancelledError("caller went away"));
+  EXPECT_EQ(limiter.waiting(), 0);
+  EXPECT_EQ(limiter.running(), 1);  // only the first caller's slot
+  *a = WorkLimiter::Permit();
   EXPECT_EQ(limiter.running(), 0);
 }
 
