@@ -17,6 +17,7 @@
 #include "clash/v1/parts.grpc.pb.h"
 #include "clash/v1/queries.grpc.pb.h"
 #include "clash/v1/scenes.grpc.pb.h"
+#include "clash/v1/sequences.grpc.pb.h"
 #include "clashctl/cli.h"
 #include "clashctl/format.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -41,7 +42,7 @@ struct Record {
   v1::InterferenceRequest interference;
   v1::DistanceRequest distance;
   v1::PickRequest pick;
-  // Calls of the recording fakes (every mutating or query RPC, and health).
+  // Calls of every RPC the fakes serve (reads included), and of those they do not fake.
   int calls = 0;
   // Answers.
   std::vector<v1::Instance> instances;
@@ -49,6 +50,13 @@ struct Record {
   grpc::health::v1::HealthCheckResponse::ServingStatus health =
       grpc::health::v1::HealthCheckResponse::SERVING;
 };
+
+// Counts a call of an RPC the fakes do not answer, and refuses it (UNIMPLEMENTED).
+grpc::Status NotFaked(Record* r) {
+  std::lock_guard lock(r->mu);
+  ++r->calls;
+  return {grpc::StatusCode::UNIMPLEMENTED, "not faked"};
+}
 
 v1::Part SamplePart() {
   v1::Part p;
@@ -88,6 +96,8 @@ class FakeParts final : public v1::PartService::Service {
   }
   grpc::Status GetPart(grpc::ServerContext*, const v1::GetPartRequest* request,
                        v1::Part* response) override {
+    std::lock_guard lock(r_->mu);
+    ++r_->calls;
     if (request->part_id() != "p00ff") {
       return {grpc::StatusCode::NOT_FOUND, "no part " + request->part_id()};
     }
@@ -96,9 +106,22 @@ class FakeParts final : public v1::PartService::Service {
   }
   grpc::Status GetAssembly(grpc::ServerContext*, const v1::GetAssemblyRequest* request,
                            v1::Assembly* response) override {
+    std::lock_guard lock(r_->mu);
+    ++r_->calls;
     response->set_assembly_id(request->assembly_id());
     response->add_instances()->set_path("top/sub/bolt");
     return grpc::Status::OK;
+  }
+  grpc::Status UploadMesh(grpc::ServerContext*, const v1::UploadMeshRequest*, v1::Part*) override {
+    return NotFaked(r_);
+  }
+  grpc::Status GetPartMesh(grpc::ServerContext*, const v1::GetPartMeshRequest*,
+                           v1::PartMesh*) override {
+    return NotFaked(r_);
+  }
+  grpc::Status ListParts(grpc::ServerContext*, const v1::ListPartsRequest*,
+                         v1::ListPartsResponse*) override {
+    return NotFaked(r_);
   }
 
  private:
@@ -110,12 +133,16 @@ class FakeScenes final : public v1::SceneService::Service {
   explicit FakeScenes(Record* r) : r_(r) {}
   grpc::Status CreateScene(grpc::ServerContext*, const v1::CreateSceneRequest* request,
                            v1::Scene* response) override {
+    std::lock_guard lock(r_->mu);
+    ++r_->calls;
     response->set_scene_id("s42");
     response->set_name(request->name());
     return grpc::Status::OK;
   }
   grpc::Status GetScene(grpc::ServerContext*, const v1::GetSceneRequest* request,
                         v1::Scene* response) override {
+    std::lock_guard lock(r_->mu);
+    ++r_->calls;
     if (request->scene_id() != "s42") {
       return {grpc::StatusCode::NOT_FOUND, "no scene " + request->scene_id()};
     }
@@ -128,12 +155,16 @@ class FakeScenes final : public v1::SceneService::Service {
   }
   grpc::Status ListScenes(grpc::ServerContext*, const v1::ListScenesRequest*,
                           v1::ListScenesResponse* response) override {
+    std::lock_guard lock(r_->mu);
+    ++r_->calls;
     response->add_scenes()->set_scene_id("s1");
     response->add_scenes()->set_scene_id("s2");
     return grpc::Status::OK;
   }
   grpc::Status DeleteScene(grpc::ServerContext*, const v1::DeleteSceneRequest* request,
                            v1::DeleteSceneResponse*) override {
+    std::lock_guard lock(r_->mu);
+    ++r_->calls;
     if (request->scene_id() != "s42") {
       return {grpc::StatusCode::NOT_FOUND, "no scene " + request->scene_id()};
     }
@@ -156,6 +187,7 @@ class FakeScenes final : public v1::SceneService::Service {
   grpc::Status ListInstances(grpc::ServerContext*, const v1::ListInstancesRequest*,
                              v1::ListInstancesResponse* response) override {
     std::lock_guard lock(r_->mu);
+    ++r_->calls;
     for (const v1::Instance& i : r_->instances) *response->add_instances() = i;
     return grpc::Status::OK;
   }
@@ -182,6 +214,10 @@ class FakeScenes final : public v1::SceneService::Service {
     r_->group = *request;
     response->set_scene_version(8);
     return grpc::Status::OK;
+  }
+  grpc::Status RemoveInstances(grpc::ServerContext*, const v1::RemoveInstancesRequest*,
+                               v1::SceneUpdateResponse*) override {
+    return NotFaked(r_);
   }
 
  private:
@@ -227,14 +263,26 @@ class FakeQueries final : public v1::QueryService::Service {
   Record* r_;
 };
 
+class FakeSequences final : public v1::SequenceService::Service {
+ public:
+  explicit FakeSequences(Record* r) : r_(r) {}
+  grpc::Status ValidateSequence(grpc::ServerContext*, const v1::ValidateSequenceRequest*,
+                                grpc::ServerWriter<v1::ValidateSequenceEvent>*) override {
+    return NotFaked(r_);
+  }
+
+ private:
+  Record* r_;
+};
+
 class FakeHealth final : public grpc::health::v1::Health::Service {
  public:
   explicit FakeHealth(Record* r) : r_(r) {}
   grpc::Status Check(grpc::ServerContext*, const grpc::health::v1::HealthCheckRequest* request,
                      grpc::health::v1::HealthCheckResponse* response) override {
-    if (request->service() == "nope") return {grpc::StatusCode::NOT_FOUND, "unknown service"};
     std::lock_guard lock(r_->mu);
     ++r_->calls;
+    if (request->service() == "nope") return {grpc::StatusCode::NOT_FOUND, "unknown service"};
     response->set_status(r_->health);
     return grpc::Status::OK;
   }
@@ -269,6 +317,7 @@ class ClashctlCli : public ::testing::Test {
     builder.RegisterService(&parts_);
     builder.RegisterService(&scenes_);
     builder.RegisterService(&queries_);
+    builder.RegisterService(&sequences_);
     builder.RegisterService(&health_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
@@ -304,6 +353,7 @@ class ClashctlCli : public ::testing::Test {
   FakeParts parts_{&record_};
   FakeScenes scenes_{&record_};
   FakeQueries queries_{&record_};
+  FakeSequences sequences_{&record_};
   FakeHealth health_{&record_};
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
