@@ -25,19 +25,17 @@ using clash::testing::StatusIs;
 // OCCT leaks its one-time registrations; only leaks inside libTK* are ignored.
 extern "C" const char* __lsan_default_suppressions() { return "leak:/libTK\n"; }
 
-class ImportCacheTest : public ::testing::Test {
+// A private scratch folder `dir_` (removed after the test) and Debian's sample STEP file.
+class ImportCacheTest : public testing::ScratchDirTest {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("clash_cache_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
+    ScratchDirTest::SetUp();
+    if (HasFatalFailure()) return;
     sample_ = CLASH_OCCT_SAMPLE_STEP;
     if (!fs::exists(sample_)) GTEST_SKIP() << sample_ << " is missing (Debian package occt-misc)";
     limits_.worker_path = CLASH_CAD_WORKER_PATH;
     limits_.wall_seconds = 60;
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Files in the cache folder (entries and anything left behind).
   std::vector<fs::path> Files() const {
@@ -46,7 +44,6 @@ class ImportCacheTest : public ::testing::Test {
     return out;
   }
 
-  fs::path dir_;
   std::string sample_;
   IsolationLimits limits_;
 };

@@ -10,7 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <stdlib.h>  // mkdtemp, setenv
+#include <stdlib.h>  // setenv, unsetenv
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,31 +64,10 @@ using testing::ExpectSameMesh;
 using ::testing::HasSubstr;
 using testing::MakeTempDir;
 using testing::ReadBytes;
+using testing::ScopedEnv;
 using testing::WriteAssemblyStep;
 using testing::WriteBytes;
 using testing::WriteStep;
-
-// Sets an environment variable for one scope (tests only; never while workers are starting).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name); old != nullptr) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 class IsolatedImportTest : public ::testing::Test {
  protected:

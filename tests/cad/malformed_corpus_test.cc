@@ -5,15 +5,17 @@
 #include <sys/wait.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "clash/cad/isolated_import.h"
+#include "testing/temp_dir.h"
 
 namespace clash::cad {
 namespace {
@@ -97,14 +99,31 @@ std::vector<CorpusFile> MakeCorpus(const std::string& valid) {
   return c;
 }
 
-TEST(MalformedCorpus, EveryFileEndsClassifiedWithinItsLimits) {
+// A private folder `dir_` for the corpus files, and `tmp_` inside it as TMPDIR (the import's own
+// temporary folders must vanish); TMPDIR is restored and both are removed after the test.
+class MalformedCorpus : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = clash::testing::MakeTempDir(fs::temp_directory_path(), "clash_corpus_");
+    ASSERT_FALSE(dir_.empty());
+    tmp_ = dir_ / "tmp";
+    fs::create_directories(tmp_);
+    tmpdir_.emplace("TMPDIR", tmp_.string());
+  }
+  void TearDown() override {
+    tmpdir_.reset();
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  fs::path dir_;
+  fs::path tmp_;
+  std::optional<clash::testing::ScopedEnv> tmpdir_;
+};
+
+TEST_F(MalformedCorpus, EveryFileEndsClassifiedWithinItsLimits) {
   const std::string sample = CLASH_OCCT_SAMPLE_STEP;
   if (!fs::exists(sample)) GTEST_SKIP() << sample << " is missing (Debian package occt-misc)";
-  const fs::path dir = fs::path(::testing::TempDir()) / "clash_corpus";
-  const fs::path tmp = dir / "tmp";
-  fs::remove_all(dir);
-  fs::create_directories(tmp);
-  setenv("TMPDIR", tmp.c_str(), 1);  // the import's own temp folders must vanish
 
   IsolationLimits limits;
   limits.worker_path = CLASH_CAD_WORKER_PATH;
@@ -115,7 +134,7 @@ TEST(MalformedCorpus, EveryFileEndsClassifiedWithinItsLimits) {
   int ok = 0, failed = 0;
   for (const CorpusFile& f : MakeCorpus(ReadFile(sample))) {
     SCOPED_TRACE(f.name);
-    const fs::path path = dir / "input.step";
+    const fs::path path = dir_ / "input.step";
     std::ofstream(path, std::ios::binary) << f.bytes;
     const auto start = std::chrono::steady_clock::now();
     const absl::StatusOr<MeshBuffers> r = ImportIsolated(path.string(), f.options, limits);
@@ -152,8 +171,7 @@ TEST(MalformedCorpus, EveryFileEndsClassifiedWithinItsLimits) {
   EXPECT_GT(ok, 0);  // at least the control
   // Nothing left behind: no child process, no temporary folder.
   EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
-  EXPECT_TRUE(fs::is_empty(tmp));
-  fs::remove_all(dir);
+  EXPECT_TRUE(fs::is_empty(tmp_));
 }
 
 }  // namespace

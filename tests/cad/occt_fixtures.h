@@ -2,7 +2,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <stdlib.h>  // mkdtemp
 
 #include <IGESControl_Controller.hxx>
 #include <IGESControl_Writer.hxx>
@@ -19,6 +18,8 @@
 #include <sstream>
 #include <string>
 #include <system_error>
+
+#include "testing/temp_dir.h"
 
 namespace clash::cad::testing {
 
@@ -38,12 +39,8 @@ class QuietOcct {
   Message_SequenceOfPrinters saved_;
 };
 
-/// A new private folder under `base` named `prefix` + 6 random characters ("" on failure).
-inline std::string MakeTempDir(const std::filesystem::path& base, const char* prefix) {
-  std::string pattern = (base / (std::string(prefix) + "XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr) return {};
-  return pattern;
-}
+using ::clash::testing::MakeTempDir;
+using ::clash::testing::ScopedEnv;
 
 /// A test fixture with a private scratch folder `dir_`, removed after the test.
 class ScratchDirTest : public ::testing::Test {

@@ -3,12 +3,16 @@
 // request, run against a small in-memory scene (two boxes and a pin). Every input must end in
 // a response or a status (INVALID_ARGUMENT, NOT_FOUND, ...): no crash, no sanitizer report, no
 // unbounded work (each call gets a 0.2 s budget through its stop check).
+#include <stdlib.h>  // mkdtemp
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "clash/v1/queries.pb.h"
@@ -42,10 +46,22 @@ struct World {
   std::shared_ptr<Scene> scene;
 };
 
+// The world's part store folder: private to this process (two fuzzers may run at once), removed
+// when the fuzzer exits.
+std::string& WorldDir() {
+  static std::string dir;
+  return dir;
+}
+
 World* MakeWorld() {
   auto* w = new World;
-  const std::string dir = (std::filesystem::temp_directory_path() / "clash-request-fuzz").string();
-  w->parts = *PartStore::Open(dir, 1'000'000);
+  WorldDir() = (std::filesystem::temp_directory_path() / "clash-request-fuzz-XXXXXX").string();
+  if (mkdtemp(WorldDir().data()) == nullptr) std::abort();
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(WorldDir(), ec);
+  });
+  w->parts = *PartStore::Open(WorldDir(), 1'000'000);
   w->scene = std::make_shared<Scene>("s00000000000000000000000000000001");
   const double sizes[3][3] = {{10, 10, 10}, {10, 10, 10}, {2, 2, 30}};
   const double at[3][3] = {{0, 0, 0}, {5, 5, 5}, {4, 4, -10}};

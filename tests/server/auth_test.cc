@@ -14,6 +14,7 @@
 #include "clash/cad/import_cache.h"
 #include "gtest/gtest.h"
 #include "tenant.h"
+#include "testing/temp_dir.h"
 
 namespace clash::server {
 namespace {
@@ -98,9 +99,8 @@ TEST(IsTenantName, FolderSafeNames) {
 class TenantTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = absl::StrCat(::testing::TempDir(), "/tenant-test-",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = testing::MakeTempDir(std::filesystem::temp_directory_path(), "clash_tenant_test_");
+    ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string dir_;
