@@ -21,12 +21,14 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "service"))
+from clashd_harness import wait_for_port  # noqa: E402
 
 ARGS = None
 
@@ -130,16 +132,20 @@ class DockerCheck(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_entrypoint_healthcheck_and_sigterm(self):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         bin_dir = os.path.join(self.prefix, "bin")
         env = dict(os.environ, CLASHD_DATA_DIR=os.path.join(self.tmp, "data"),
-                   CLASHD_SHUTDOWN_GRACE_SECONDS="5", CLASHD_HEALTH_ADDRESS=f"127.0.0.1:{port}")
-        proc = subprocess.Popen([os.path.join(bin_dir, "clashd-entrypoint"), "--listen",
-                                 f"127.0.0.1:{port}", "--metrics-listen", ""], env=env,
-                                stderr=subprocess.PIPE, text=True)
+                   CLASHD_SHUTDOWN_GRACE_SECONDS="5")
+        # clashd binds a port of its own choosing and logs it (tests/service/clashd_harness.py).
+        log_path = os.path.join(self.tmp, "clashd.log")
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([os.path.join(bin_dir, "clashd-entrypoint"), "--listen",
+                                     "127.0.0.1:0", "--metrics-listen", ""], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=log)
         try:
+            port = wait_for_port(proc, log_path, seconds=60)
+            with open(log_path, errors="replace") as f:
+                self.assertIsNotNone(port, "clashd logged no port:\n" + f.read())
+            env["CLASHD_HEALTH_ADDRESS"] = f"127.0.0.1:{port}"
             healthy = False
             deadline = time.time() + 60
             while time.time() < deadline and proc.poll() is None:

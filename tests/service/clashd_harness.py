@@ -118,6 +118,22 @@ class Channel:
         self.channel.close()
 
 
+def wait_for_port(proc, log_path, seconds=120):
+    """The port that clashd, started with --listen HOST:0 and its stderr sent to `log_path`,
+    logs it bound ("... (port N) ..."): no free port is guessed beforehand, so no other process
+    can take it in between. None when `proc` exits or `seconds` pass first."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        with open(log_path, errors="replace") as f:
+            m = re.search(r"\(port (\d+)\)", f.read())
+        if m:
+            return int(m.group(1))
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.02)
+    return None
+
+
 class Clashd:
     """A clashd process on a free loopback port with its own data folder and TMPDIR; stderr goes
     to a log file. The TMPDIR (inherited by clash-cad-worker) tells this server's workers and
@@ -147,15 +163,9 @@ class Clashd:
                  "--metrics-listen", "", "--data-dir", self.data_dir,
                  *self.extra_args, *extra_args],
                 stdout=subprocess.DEVNULL, stderr=log, env=env)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            m = re.search(r"\(port (\d+)\)", self.log())
-            if m:
-                self.port = int(m.group(1))
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
+        self.port = wait_for_port(self.proc, self.log_path)
+        if self.port is not None:
+            return self
         if self.proc.poll() is None:
             self.kill9()
         raise RuntimeError(f"clashd did not start:\n{self.log()}")
