@@ -25,6 +25,15 @@ TEST(Sphere, BothMethodsContainEveryPoint) {
       EXPECT_TRUE(s1.Contains(p));
       EXPECT_TRUE(s2.Contains(p));
     }
+    // The centroid sphere is centred on the mean of the points and reaches just the farthest
+    // one (its rounding slack is 1e-12 relative; 1e-9 leaves room for the mean's rounding).
+    Vec3 mean = Vec3::Zero();
+    for (const Vec3& p : pts) mean += p;
+    mean /= static_cast<double>(n);
+    double farthest = 0;
+    for (const Vec3& p : pts) farthest = std::max(farthest, (p - mean).norm());
+    EXPECT_LT((s1.center - mean).norm(), 1e-9 * (1 + mean.norm()));
+    EXPECT_LE(s1.radius, farthest * (1 + 1e-9) + 1e-9);
     double max_pair = 0;
     for (const Vec3& p : pts) {
       for (const Vec3& q : pts) max_pair = std::max(max_pair, (p - q).norm());

@@ -263,9 +263,11 @@ TEST(TriangleTriangle, DistanceBeatsSamplingAndWitnessesAreConsistent) {
     // With an upper bound above the answer the result is exact; below it, at least the bound.
     EXPECT_EQ(DistanceTriangles(x, y, d.distance * 1.01).distance, d.distance);
     EXPECT_GE(DistanceTriangles(x, y, d.distance * 0.99).distance, d.distance * 0.99);
-    // Swapping the triangles swaps the witnesses.
+    // Swapping the triangles swaps the witnesses (random triangles have one closest pair).
     TriangleDistance e = DistanceTriangles(y, x);
     EXPECT_NEAR(e.distance, d.distance, 1e-12);
+    EXPECT_LT((e.p1 - d.p2).norm(), 1e-9);
+    EXPECT_LT((e.p2 - d.p1).norm(), 1e-9);
   }
   EXPECT_GT(separated, 100);
 }
