@@ -24,15 +24,23 @@ bool Retryable(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
+// Nothing, or ':' and a port of 1 to 5 decimal digits.
+bool IsPortSuffix(std::string_view rest) {
+  if (rest.empty()) return true;
+  if (rest.front() != ':' || rest.size() < 2 || rest.size() > 6) return false;
+  return std::all_of(rest.begin() + 1, rest.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // One address ("host", "host:port", "[v6]", "[v6]:port") that stays on this machine.
 bool IsLoopbackAddress(std::string_view address) {
   if (address.rfind('[', 0) == 0) {
     const std::size_t close = address.find(']');
     if (close == std::string_view::npos || address.substr(1, close - 1) != "::1") return false;
-    const std::string_view rest = address.substr(close + 1);
-    return rest.empty() || rest.front() == ':';
+    return IsPortSuffix(address.substr(close + 1));
   }
-  const std::string_view host = address.substr(0, address.find(':'));
+  const std::size_t colon = address.find(':');
+  const std::string_view host = address.substr(0, colon);
+  if (colon != std::string_view::npos && !IsPortSuffix(address.substr(colon))) return false;
   if (host == "localhost") return true;
   // 127.0.0.0/8 as four decimal octets (Debian's Abseil has its own string_view).
   std::vector<absl::string_view> octets =
@@ -71,6 +79,8 @@ absl::StatusOr<std::string> FirstLineOf(const std::string& path) {
 
 bool IsLoopbackTarget(std::string_view target) {
   if (target.rfind("unix:", 0) == 0 || target.rfind("unix-abstract:", 0) == 0) return true;
+  // gRPC percent-decodes a target before it splits an address list: "%2C" is a comma.
+  if (target.find('%') != std::string_view::npos) return false;
   bool list = false;  // ipv4: and ipv6: targets may list several addresses
   if (target.rfind("dns:///", 0) == 0) {
     target.remove_prefix(7);

@@ -619,12 +619,29 @@ TEST(IsLoopbackTarget, OnlyAddressesOnThisMachine) {
         "ipv6:[::1]:50051", "unix:/tmp/clashd.sock", "unix-abstract:clashd"}) {
     EXPECT_TRUE(client::IsLoopbackTarget(target)) << target;
   }
-  for (const char* target :
-       {"127.0.0.1.evil.example:50051", "127.evil.example:1", "localhost.evil.example:50051",
-        "ipv4:127.0.0.1:1,10.0.0.5:50051", "ipv4:10.0.0.5:50051", "10.0.0.5:50051",
-        "127.0.0.1,10.0.0.5:50051", "[::2]:50051", "[::1", "[::1]x", "ipv6:[::1]:1,[2001:db8::1]:2",
-        "dns://8.8.8.8/localhost:50051", "dns:///", "", "127.0.0.256:1", "127.0.0:1",
-        "example.com:443"}) {
+  for (const char* target : {"127.0.0.1.evil.example:50051",
+                             "127.evil.example:1",
+                             "localhost.evil.example:50051",
+                             "ipv4:127.0.0.1:1,10.0.0.5:50051",
+                             "ipv4:10.0.0.5:50051",
+                             "10.0.0.5:50051",
+                             "127.0.0.1,10.0.0.5:50051",
+                             "[::2]:50051",
+                             "[::1",
+                             "[::1]x",
+                             "ipv6:[::1]:1,[2001:db8::1]:2",
+                             "dns://8.8.8.8/localhost:50051",
+                             "dns:///",
+                             "",
+                             "127.0.0.256:1",
+                             "127.0.0:1",
+                             "example.com:443",
+                             "ipv4:127.0.0.1:1%2C10.0.0.5:443",
+                             "ipv6:[::1]:1%2C[2001:db8::1]:443",
+                             "127.0.0.1:1x,10.0.0.5:443",
+                             "localhost:50051:1",
+                             "[::1]:123456",
+                             "127.0.0.1:"}) {
     EXPECT_FALSE(client::IsLoopbackTarget(target)) << target;
   }
 }

@@ -146,9 +146,10 @@ class Client {
 
 /// Whether every address of a gRPC target is on this machine, so that a token may go to it
 /// without TLS: unix sockets, "localhost", "[::1]" and 127.0.0.0/8 written as four decimal
-/// octets, with a port or not, bare or after "dns:///", "ipv4:" or "ipv6:" (an address list
-/// only when every address is one of these). Anything else, including a host name that merely
-/// starts with "127." or "localhost", is not.
+/// octets, with a port of 1-5 digits or none, bare or after "dns:///", "ipv4:" or "ipv6:" (an
+/// address list only when every address is one of these). Anything else is not: a host name
+/// that merely starts with "127." or "localhost", or a target with a '%' (gRPC decodes "%2C" to
+/// a comma before it splits a list).
 [[nodiscard]] bool IsLoopbackTarget(std::string_view target);
 
 }  // namespace clash::client
