@@ -775,7 +775,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   watch.thread = std::thread([&] {
     std::unique_lock lock(watch.mu);
     while (!watch.cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return watch.done; })) {
-      if (!watch.uploaded && absl::Now() >= deadline) {  // the worker keeps its own limit
+      if (!watch.uploaded && absl::Now() >= deadline) {  // then the worker's own limit
         ctx->TryCancel();
         watch.cancel = true;
         return;
@@ -869,6 +869,12 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
       }
       CLASH_RETURN_IF_ERROR(stop());
     }
+    {
+      // From here the watch no longer cancels the call at the deadline. Under its mutex: a
+      // cancellation it made before lies in the past of the deadline, which ended_early sees.
+      std::lock_guard lock(watch.mu);
+      watch.uploaded = true;
+    }
     CLASH_RETURN_IF_ERROR(ended_early());
     CLASH_RETURN_IF_ERROR(stop());
     if (header.size_bytes() != 0 && total != header.size_bytes()) {
@@ -889,7 +895,6 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   limits.address_space_bytes = config.import_memory_bytes;
   limits.temp_dir = t.tmp_dir();    // emptied when the tenant is opened, so never left behind
   limits.pool = worker_pool.get();  // null: a fresh worker per import
-  watch.uploaded = true;
   absl::StatusOr<cad::CachedAssemblyImport> imported =
       cad::ImportAssemblyWithCache(file, options, limits, t.import_cache(), &watch.cancel);
   watch.Stop();  // the rest is quick and never asks the client
