@@ -263,6 +263,40 @@ class ServerTest : public ::testing::Test {
     return r.ok() ? *r : v1::InterferenceResponse();
   }
 
+  // A whole-scene check on a thread and a client of its own, until it ends or this object goes:
+  // then it is cancelled and joined, also when an assertion returns early.
+  class BackgroundCheck {
+   public:
+    BackgroundCheck(ClashServer* server, const std::string& scene)
+        : stub_(v1::QueryService::NewStub(server->grpc_server()->InProcessChannel({}))) {
+      request_.set_scene_id(scene);
+      thread_ = std::thread([this] {
+        v1::InterferenceResponse resp;
+        status_ = stub_->CheckInterference(&ctx_, request_, &resp);
+        done_ = true;
+      });
+    }
+    ~BackgroundCheck() { Stop(); }
+    BackgroundCheck(const BackgroundCheck&) = delete;
+    BackgroundCheck& operator=(const BackgroundCheck&) = delete;
+    /// Whether the check has returned.
+    [[nodiscard]] bool done() const { return done_; }
+    /// Cancels the check, waits for it and gives its status.
+    grpc::Status Stop() {
+      ctx_.TryCancel();
+      if (thread_.joinable()) thread_.join();
+      return status_;
+    }
+
+   private:
+    std::unique_ptr<v1::QueryService::Stub> stub_;
+    grpc::ClientContext ctx_;
+    v1::InterferenceRequest request_;
+    grpc::Status status_;
+    std::atomic<bool> done_{false};
+    std::thread thread_;
+  };
+
   std::string dir_;
   std::unique_ptr<ClashServer> server_;
   std::unique_ptr<client::Client> client_;
@@ -1539,8 +1573,8 @@ TEST_F(ServerTest, AnUploadCancelledBeforeItsHeaderIsCancelled) {
                         "clashd_requests_total{method=\"ImportCad\",code=\"INVALID_ARGUMENT\"}")));
 }
 
-// A client that opens an upload and then sends nothing, with no deadline of its own, holds the
-// import slot only until the server's import time limit: the server then cancels the call, and
+// A client that opens an upload and then sends nothing holds the import slot only until the
+// server's import time limit: the server then cancels the call, and
 // the slot is free for the next import.
 TEST_F(ServerTest, AStalledUploadEndsAtTheServersDeadline) {
   ServerConfig config;
@@ -1549,7 +1583,8 @@ TEST_F(ServerTest, AStalledUploadEndsAtTheServersDeadline) {
   config.import_queue = 0;
   Restart(config);
   auto stub = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
-  grpc::ClientContext ctx;  // no deadline
+  grpc::ClientContext ctx;  // a deadline far beyond the server's limit, as a safety net only
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   v1::ImportCadResponse resp;
   const auto start = std::chrono::steady_clock::now();
   auto upload = stub->ImportCad(&ctx, &resp);
@@ -1576,8 +1611,10 @@ TEST_F(ServerTest, AStalledUploadEndsAtTheServersDeadline) {
   next->Write(chunk);
   next->WritesDone();
   const grpc::Status next_status = next->Finish();
-  EXPECT_EQ(next_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+  // Admitted: it fails on its content (or, on a slow machine, the 1 s limit), not the queue.
+  EXPECT_NE(next_status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << next_status.error_message();
+  EXPECT_NE(next_status.error_code(), grpc::StatusCode::OK);
 }
 
 // The header's sha256 is 64 hexadecimal digits in either case; anything else is refused before
@@ -1644,17 +1681,8 @@ TEST_F(ServerTest, MeshUploadsTakeAQuerySlot) {
   config.query_helpers = 0;
   Restart(config);
   const std::string scene = CrowdedCylinders(35);
-  auto queries = v1::QueryService::NewStub(server_->grpc_server()->InProcessChannel({}));
   auto parts = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
-  grpc::ClientContext query_ctx;
-  v1::InterferenceRequest req;
-  req.set_scene_id(scene);
-  std::atomic<bool> query_done{false};
-  std::thread query([&] {
-    v1::InterferenceResponse resp;
-    queries->CheckInterference(&query_ctx, req, &resp);
-    query_done = true;
-  });
+  BackgroundCheck check(server_.get(), scene);
   ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_query_running"));
   const RawMesh box = MakeBox(Vec3(1, 2, 3));
   const v1::UploadMeshRequest upload = MeshUpload(box, "box");
@@ -1664,9 +1692,8 @@ TEST_F(ServerTest, MeshUploadsTakeAQuerySlot) {
     const grpc::Status status = parts->UploadMesh(&ctx, upload, &part);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
   }
-  EXPECT_FALSE(query_done);  // refused for the slot, not after the check
-  query_ctx.TryCancel();
-  query.join();
+  EXPECT_FALSE(check.done());  // refused for the slot, not after the check
+  EXPECT_EQ(check.Stop().error_code(), grpc::StatusCode::CANCELLED);
   MetricsOnceRecorded(server_->metrics_port(), "CheckInterference");
   grpc::ClientContext ctx;
   v1::Part part;
@@ -1676,10 +1703,11 @@ TEST_F(ServerTest, MeshUploadsTakeAQuerySlot) {
 
 // An edit or a deletion waits for a running query only until its call's deadline, and one that
 // gave up has changed nothing: before, it went on waiting and applied itself after the client
-// had been told DEADLINE_EXCEEDED.
+// had been told DEADLINE_EXCEEDED (which the client's own deadline gives either way: what tells
+// the two apart is the scene after the query).
 TEST_F(ServerTest, WritesWaitForARunningQueryOnlyUntilTheirDeadline) {
   // 240 crowded cylinders: ~28 700 crossing pairs, a check of about 2 s here (~1 s for 160),
-  // far longer than the two writes below wait.
+  // far longer than the writes below wait.
   std::mt19937 rng = testing::SeededRng(33);
   const std::string cyl = Upload(testing::MakeCylinder(3, 10, 48), "cyl");
   const std::string scene = NewScene();
@@ -1688,37 +1716,31 @@ TEST_F(ServerTest, WritesWaitForARunningQueryOnlyUntilTheirDeadline) {
   }
   const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
   const uint64_t id = Place(scene, box, RigidTransform::Identity(), "box");
-  auto queries = v1::QueryService::NewStub(server_->grpc_server()->InProcessChannel({}));
   auto scenes = v1::SceneService::NewStub(server_->grpc_server()->InProcessChannel({}));
-  grpc::ClientContext query_ctx;
-  v1::InterferenceRequest req;
-  req.set_scene_id(scene);
-  grpc::Status query_status;
-  std::atomic<bool> query_done{false};
-  std::thread query([&] {
-    v1::InterferenceResponse resp;
-    query_status = queries->CheckInterference(&query_ctx, req, &resp);
-    query_done = true;
-  });
-  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_query_running"));
-  const auto short_deadline = [] {
-    return std::chrono::system_clock::now() + std::chrono::milliseconds(150);
-  };
-  {
+  const auto move_box = [&](const Vec3& t, int deadline_ms) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(short_deadline());
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
     v1::SetPosesRequest moves;
     moves.set_scene_id(scene);
     v1::PoseUpdate* u = moves.add_poses();
     u->set_instance_id(id);
-    *u->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), Vec3(50, 0, 0)});
+    *u->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), t});
     v1::SceneUpdateResponse resp;
-    EXPECT_EQ(scenes->SetPoses(&ctx, moves, &resp).error_code(),
-              grpc::StatusCode::DEADLINE_EXCEEDED);
+    return scenes->SetPoses(&ctx, moves, &resp).error_code();
+  };
+  BackgroundCheck check(server_.get(), scene);
+  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_query_running"));
+  // The gauge rises when the check has its slot, a moment before it takes the scene's lock:
+  // writes that leave the box where it is probe until one has to wait.
+  bool held = false;
+  for (int i = 0; i < 100 && !held && !check.done(); ++i) {
+    held = move_box(Vec3::Zero(), 50) == grpc::StatusCode::DEADLINE_EXCEEDED;
   }
+  ASSERT_TRUE(held) << "the check never held the scene's lock";
+  EXPECT_EQ(move_box(Vec3(50, 0, 0), 150), grpc::StatusCode::DEADLINE_EXCEEDED);
   {
     grpc::ClientContext ctx;
-    ctx.set_deadline(short_deadline());
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(150));
     v1::DeleteSceneRequest del;
     del.set_scene_id(scene);
     v1::DeleteSceneResponse resp;
@@ -1726,11 +1748,8 @@ TEST_F(ServerTest, WritesWaitForARunningQueryOnlyUntilTheirDeadline) {
               grpc::StatusCode::DEADLINE_EXCEEDED);
   }
   // Still running: the writes above gave up on its lock, not on a finished query.
-  EXPECT_THAT(FetchMetrics(server_->metrics_port()),
-              ::testing::HasSubstr("clashd_query_running 1"));
-  query_ctx.TryCancel();
-  query.join();
-  EXPECT_EQ(query_status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_FALSE(check.done());
+  EXPECT_EQ(check.Stop().error_code(), grpc::StatusCode::CANCELLED);
   // Once the query is gone the writes could have gone ahead: they must not have.
   MetricsOnceRecorded(server_->metrics_port(), "CheckInterference");
   auto instances = client_->ListInstances(scene);
@@ -1743,12 +1762,7 @@ TEST_F(ServerTest, WritesWaitForARunningQueryOnlyUntilTheirDeadline) {
   }
   EXPECT_TRUE(seen);
   // And now they go through.
-  v1::SetPosesRequest moves;
-  moves.set_scene_id(scene);
-  v1::PoseUpdate* u = moves.add_poses();
-  u->set_instance_id(id);
-  *u->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), Vec3(50, 0, 0)});
-  EXPECT_THAT(client_->SetPoses(moves).status(), IsOk());
+  EXPECT_EQ(move_box(Vec3(50, 0, 0), 30'000), grpc::StatusCode::OK);
   EXPECT_THAT(client_->DeleteScene(scene), IsOk());
 }
 
