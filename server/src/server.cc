@@ -113,13 +113,6 @@ StopCheck MakeStop(const grpc::ServerContext* ctx, absl::Time deadline) {
   };
 }
 
-// 64 hexadecimal digits, either case (a SHA-256 as the header gives it).
-bool IsSha256Hex(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return absl::ascii_isxdigit(static_cast<unsigned char>(c));
-         });
-}
-
 // Group names: 1 to 256 bytes (SetGroup and the groups of AddInstances alike).
 absl::Status CheckGroupName(const std::string& group) {
   if (group.empty() || group.size() > 256) {
@@ -594,9 +587,10 @@ struct ClashServer::Impl {
   // it): an edit that answers DEADLINE_EXCEEDED has changed nothing. `grows`: the edit may make
   // the scene's file larger, so the tenant's storage quota is checked first (edits that cannot,
   // such as removals, are never refused for it: a tenant over its quota can still free space).
-  template <class Edit>
+  // `response` is any answer with a scene_version (SceneUpdateResponse, AddInstancesResponse).
+  template <class Response, class Edit>
   absl::Status EditScene(Tenant& t, const grpc::ServerContext* ctx, const std::string& scene_id,
-                         v1::SceneUpdateResponse* response, bool grows, Edit&& edit) {
+                         Response* response, bool grows, Edit&& edit) {
     CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(scene_id));
     if (grows) CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
     CLASH_ASSIGN_OR_RETURN(
@@ -680,8 +674,6 @@ grpc::Status ClashServer::Impl::AdmitHealth(const grpc::ServerContext* ctx) {
 absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerContext* ctx,
                                                const v1::AddInstancesRequest& request,
                                                v1::AddInstancesResponse* response) {
-  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(request.scene_id()));
-  CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
   // Resolve everything (parts, assemblies, poses) before taking the scene's lock; ids and
   // broad-phase fields are set when the instances are added.
   std::vector<InstanceRec> pending;
@@ -718,29 +710,25 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
       pending.push_back(std::move(item));
     }
   }
-  CLASH_ASSIGN_OR_RETURN(
-      std::unique_lock<std::shared_timed_mutex> lock,
-      SceneStore::LockForWrite(*scene, CallDeadline(ctx, config.max_query_seconds)));
-  std::set<std::string> new_paths;
-  uint64_t next_id = scene->next_instance_id;
-  for (InstanceRec& item : pending) {
-    if (item.path.empty()) item.path = absl::StrCat(item.name, ":", next_id);
-    ++next_id;
-    if (scene->by_path.contains(item.path) || !new_paths.insert(item.path).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("an instance with path '", item.path, "' exists already"));
+  return EditScene(t, ctx, request.scene_id(), response, true, [&](Scene& scene) -> absl::Status {
+    std::set<std::string> new_paths;
+    uint64_t next_id = scene.next_instance_id;
+    for (InstanceRec& item : pending) {
+      if (item.path.empty()) item.path = absl::StrCat(item.name, ":", next_id);
+      ++next_id;
+      if (scene.by_path.contains(item.path) || !new_paths.insert(item.path).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("an instance with path '", item.path, "' exists already"));
+      }
     }
-  }
-  for (InstanceRec& rec : pending) {
-    rec.id = scene->next_instance_id++;
-    const uint64_t id = rec.id;
-    scene->Add(std::move(rec));
-    Scene::InstanceToProto(*scene->Find(id), response->add_instances());
-  }
-  scene->Touch();
-  CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene));
-  response->set_scene_version(scene->version);
-  return absl::OkStatus();
+    for (InstanceRec& rec : pending) {
+      rec.id = scene.next_instance_id++;
+      const uint64_t id = rec.id;
+      scene.Add(std::move(rec));
+      Scene::InstanceToProto(*scene.Find(id), response->add_instances());
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
@@ -804,7 +792,8 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
     return absl::InvalidArgumentError("the first ImportCad message must carry the header");
   }
   const v1::ImportCadHeader header = msg.header();
-  if (!header.sha256().empty() && !IsSha256Hex(header.sha256())) {
+  const std::string want_sha = absl::AsciiStrToLower(header.sha256());  // either case
+  if (!want_sha.empty() && !(want_sha.size() == 64 && IsLowerHex(want_sha))) {
     return absl::InvalidArgumentError("header sha256 must be 64 hexadecimal digits");
   }
   if (header.size_bytes() > config.max_upload_bytes) {
@@ -884,7 +873,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
     if (total == 0) return absl::InvalidArgumentError("read: the uploaded file is empty");
   }
   CLASH_ASSIGN_OR_RETURN(std::string sha, cad::Sha256OfFile(file));
-  if (!header.sha256().empty() && absl::AsciiStrToLower(header.sha256()) != sha) {
+  if (!want_sha.empty() && want_sha != sha) {
     return absl::InvalidArgumentError("upload does not match the sha256 in its header");
   }
 

@@ -1,5 +1,6 @@
 #include "storage.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -8,13 +9,13 @@
 
 namespace clash::server {
 
+bool IsLowerHex(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 bool IsHexId(const std::string& id, char prefix) {
-  if (id.size() != 33 || id[0] != prefix) return false;
-  for (std::size_t i = 1; i < id.size(); ++i) {
-    const char c = id[i];
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
+  return id.size() == 33 && id[0] == prefix && IsLowerHex(std::string_view(id).substr(1));
 }
 
 std::string RandomHex(int words) {

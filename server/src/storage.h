@@ -16,6 +16,9 @@ using cad::ReadFileCapped;
 using cad::RemoveAbandonedTemporaries;
 using cad::WriteFileAtomically;
 
+/// True when every character is a lowercase hex digit (true for "").
+[[nodiscard]] bool IsLowerHex(std::string_view s);
+
 /// True for ids of the shape `prefix` + 32 lowercase hex digits (parts "p", assemblies "a",
 /// scenes "s"): the only names that become file names.
 [[nodiscard]] bool IsHexId(const std::string& id, char prefix);

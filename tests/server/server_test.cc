@@ -263,6 +263,31 @@ class ServerTest : public ::testing::Test {
     return r.ok() ? *r : v1::InterferenceResponse();
   }
 
+  // A scene with a tube (bore radius 5, 32-gon) at the origin and another 100 mm along x, the
+  // narrow peg (3 x 3 x 20: corner 4.24 < 4.98, it passes) installed in the first and the wide
+  // one (4 x 4 x 20: corner 5.66 > 5, it is blocked) in the second, at the given paths.
+  std::string PegsAndTubes(const std::string& narrow_path, const std::string& wide_path) {
+    const std::string tube = Upload(testing::MakeTube(5, 20, 10, 32), "tube");
+    const std::string narrow = Upload(MakeBox(Vec3(3, 3, 20)), "narrow peg");
+    const std::string wide = Upload(MakeBox(Vec3(4, 4, 20)), "wide peg");
+    const std::string scene = NewScene();
+    Place(scene, tube, RigidTransform::Identity(), "tube");
+    Place(scene, narrow, RigidTransform::Identity(), narrow_path);
+    Place(scene, tube, RigidTransform::Translation(Vec3(100, 0, 0)), "tube2");
+    Place(scene, wide, RigidTransform::Translation(Vec3(100, 0, 0)), wide_path);
+    return scene;
+  }
+
+  // A step installing the instances under `prefix` by a 60 mm move along `direction` (z: down).
+  static v1::SequenceStep* AddInstallStep(v1::ValidateSequenceRequest* req,
+                                          const std::string& prefix, double direction_z = -1) {
+    v1::SequenceStep* step = req->add_steps();
+    step->mutable_moving()->add_path_prefixes(prefix);
+    step->mutable_motion()->mutable_linear()->mutable_direction()->set_z(direction_z);
+    step->mutable_motion()->mutable_linear()->set_distance_mm(60);
+    return step;
+  }
+
   // A whole-scene check on a thread and a client of its own, until it ends or this object goes:
   // then it is cancelled and joined, also when an assertion returns early.
   class BackgroundCheck {
@@ -1343,25 +1368,13 @@ TEST_F(ServerTest, FullImportQueueIsResourceExhaustedAtOnce) {
 // A peg lowered through a tube: a narrow one passes, a wide one is blocked where it reaches the
 // tube's top face; the stream carries progress, one result per step and the summary.
 TEST_F(ServerTest, SequencesAreValidatedContinuouslyAndStreamed) {
-  const std::string tube = Upload(testing::MakeTube(5, 20, 10, 32), "tube");
-  const std::string narrow = Upload(MakeBox(Vec3(3, 3, 20)), "narrow peg");  // corner 4.24 < 4.98
-  const std::string wide = Upload(MakeBox(Vec3(4, 4, 20)), "wide peg");      // corner 5.66 > 5
-  const std::string scene = NewScene();
-  Place(scene, tube, RigidTransform::Identity(), "tube");
-  Place(scene, narrow, RigidTransform::Identity(), "narrow");
-  // The wide peg goes into a second tube, away from the first.
-  Place(scene, tube, RigidTransform::Translation(Vec3(100, 0, 0)), "tube2");
-  Place(scene, wide, RigidTransform::Translation(Vec3(100, 0, 0)), "wide");
+  const std::string scene = PegsAndTubes("narrow", "wide");
   v1::ValidateSequenceRequest req;
   req.set_scene_id(scene);
   req.mutable_tolerances()->set_contact_tolerance_mm(0.01);
   req.set_clearance_profile(true);
   for (const char* path : {"narrow", "wide"}) {
-    v1::SequenceStep* step = req.add_steps();
-    step->set_name(path);
-    step->mutable_moving()->add_path_prefixes(path);
-    step->mutable_motion()->mutable_linear()->mutable_direction()->set_z(-2);  // not unit
-    step->mutable_motion()->mutable_linear()->set_distance_mm(60);
+    AddInstallStep(&req, path, -2)->set_name(path);  // a direction that is not unit
   }
   int progress = 0;
   auto report = client_->ValidateSequence(
@@ -1412,21 +1425,11 @@ TEST_F(ServerTest, SequencesAreValidatedContinuouslyAndStreamed) {
 // A step moving two instances together: when the second is the one blocked, blocked_pose is
 // still the first mover's pose at blocked_t (reports place the moving group by it).
 TEST_F(ServerTest, BlockedPoseIsTheFirstMoversWhicheverMoverIsBlocked) {
-  const std::string tube = Upload(testing::MakeTube(5, 20, 10, 32), "tube");
-  const std::string narrow = Upload(MakeBox(Vec3(3, 3, 20)), "narrow peg");
-  const std::string wide = Upload(MakeBox(Vec3(4, 4, 20)), "wide peg");
-  const std::string scene = NewScene();
-  Place(scene, tube, RigidTransform::Identity(), "tube");
-  Place(scene, narrow, RigidTransform::Identity(), "pegs/narrow");
-  Place(scene, tube, RigidTransform::Translation(Vec3(100, 0, 0)), "tube2");
-  Place(scene, wide, RigidTransform::Translation(Vec3(100, 0, 0)), "pegs/wide");
+  const std::string scene = PegsAndTubes("pegs/narrow", "pegs/wide");
   v1::ValidateSequenceRequest req;
   req.set_scene_id(scene);
   req.mutable_tolerances()->set_contact_tolerance_mm(0.01);
-  v1::SequenceStep* step = req.add_steps();
-  step->mutable_moving()->add_path_prefixes("pegs");
-  step->mutable_motion()->mutable_linear()->mutable_direction()->set_z(-1);
-  step->mutable_motion()->mutable_linear()->set_distance_mm(60);
+  AddInstallStep(&req, "pegs");
   auto report = client_->ValidateSequence(req);
   ASSERT_THAT(report.status(), IsOk());
   ASSERT_EQ(report->steps.size(), 1u);
@@ -1456,10 +1459,7 @@ TEST_F(ServerTest, EscapeDirectionsLeaveOutAllowedPairs) {
   req.set_scene_id(scene);
   req.mutable_tolerances()->set_contact_tolerance_mm(0.01);
   req.set_all_free_directions(true);
-  v1::SequenceStep* step = req.add_steps();
-  step->mutable_moving()->add_path_prefixes("wide");
-  step->mutable_motion()->mutable_linear()->mutable_direction()->set_z(-1);
-  step->mutable_motion()->mutable_linear()->set_distance_mm(60);
+  v1::SequenceStep* step = AddInstallStep(&req, "wide");
   // Without a rule the peg is blocked, and so are its escape directions sideways.
   auto blocked = client_->ValidateSequence(req);
   ASSERT_THAT(blocked.status(), IsOk());
