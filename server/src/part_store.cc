@@ -174,6 +174,12 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Get(const std::strin
   return it->second;
 }
 
+std::shared_ptr<const PartEntry> PartStore::Loaded(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = loaded_.find(id);
+  return it == loaded_.end() ? nullptr : it->second;
+}
+
 std::vector<std::string> PartStore::ListIds(const std::string& after, std::size_t limit) const {
   std::lock_guard lock(mu_);
   std::vector<std::string> out;

@@ -56,8 +56,11 @@ class PartStore {
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Put(const PartInput& input);
 
   /// The part with this id, loaded on first use. NOT_FOUND when unknown (or its file is
-  /// damaged, which is logged).
+  /// damaged, which is logged). Loading builds the part's hierarchy: CPU work as long as a query
+  /// for a large part, which callers serving requests bound (see Loaded).
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Get(const std::string& id);
+  /// The part with this id if it is in memory, else null (never reads or builds).
+  [[nodiscard]] std::shared_ptr<const PartEntry> Loaded(const std::string& id) const;
 
   /// Up to `limit` part ids greater than `after`, in order.
   [[nodiscard]] std::vector<std::string> ListIds(const std::string& after, std::size_t limit) const;

@@ -285,7 +285,7 @@ struct ClashServer::Impl {
           return absl::NotFoundError(absl::StrCat("no part '", request->part_id(), "'"));
         }
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry,
-                               t.parts().Get(request->part_id()));
+                               impl_->LoadPart(t, ctx, request->part_id()));
         *response = entry->info;
         return absl::OkStatus();
       });
@@ -298,7 +298,7 @@ struct ClashServer::Impl {
               absl::StrCat("part_id '", request->part_id(), "' is not \"p\" + 32 hex digits"));
         }
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry,
-                               tenant.parts().Get(request->part_id()));
+                               impl_->LoadPart(tenant, ctx, request->part_id()));
         const geom::TriangleMesh& mesh = entry->geom->mesh();
         response->set_part_id(request->part_id());
         auto* xyz = response->mutable_vertices_mm();
@@ -332,9 +332,13 @@ struct ClashServer::Impl {
       return impl_->Serve(ctx, "ListParts", [&](Tenant& t) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 100, 1000));
         const std::vector<std::string> ids = t.parts().ListIds(request->page_token(), n + 1);
+        const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, impl_->config.max_query_seconds));
         for (std::size_t i = 0; i < ids.size() && i < n; ++i) {
-          absl::StatusOr<std::shared_ptr<const PartEntry>> e = t.parts().Get(ids[i]);
-          if (e.ok()) *response->add_parts() = (*e)->info;
+          absl::StatusOr<std::shared_ptr<const PartEntry>> e = impl_->LoadPart(t, stop, ids[i]);
+          // A damaged file (logged) leaves its part out; running out of time or slots does not.
+          if (absl::IsNotFound(e.status())) continue;
+          CLASH_RETURN_IF_ERROR(e.status());
+          *response->add_parts() = (*e)->info;
         }
         if (ids.size() > n) response->set_next_page_token(ids[n - 1]);
         return absl::OkStatus();
@@ -581,6 +585,22 @@ struct ClashServer::Impl {
     return fn(*scene, stop);
   }
 
+  // A stored part for a request: from memory, or read and built under a query slot (its
+  // hierarchy, for up to --max-part-triangles, is query-sized work, which the limiter bounds as it
+  // does for uploads). RESOURCE_EXHAUSTED when no slot frees in time, as for a query.
+  absl::StatusOr<std::shared_ptr<const PartEntry>> LoadPart(Tenant& t, const StopCheck& stop,
+                                                            const std::string& id) {
+    if (std::shared_ptr<const PartEntry> entry = t.parts().Loaded(id)) return entry;
+    CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, query_limiter.Acquire(stop));
+    CLASH_RETURN_IF_ERROR(stop());
+    return t.parts().Get(id);
+  }
+  absl::StatusOr<std::shared_ptr<const PartEntry>> LoadPart(Tenant& t,
+                                                            const grpc::ServerContext* ctx,
+                                                            const std::string& id) {
+    return LoadPart(t, MakeStop(ctx, CallDeadline(ctx, config.max_query_seconds)), id);
+  }
+
   // Applies an all-or-nothing edit: `edit` validates before it changes anything; the change is
   // on disk before the reply.
   // The scene's lock is waited for until the call's deadline (a query or a sequence may hold
@@ -677,13 +697,14 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
   // Resolve everything (parts, assemblies, poses) before taking the scene's lock; ids and
   // broad-phase fields are set when the instances are added.
   std::vector<InstanceRec> pending;
+  const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, config.max_query_seconds));
   for (int i = 0; i < request.parts_size(); ++i) {
     const v1::PartPlacement& p = request.parts(i);
     InstanceRec item;
     if (!PartStore::IsPartId(p.part_id())) {
       return absl::NotFoundError(absl::StrCat("no part '", p.part_id(), "'"));
     }
-    CLASH_ASSIGN_OR_RETURN(item.part, t.parts().Get(p.part_id()));
+    CLASH_ASSIGN_OR_RETURN(item.part, LoadPart(t, stop, p.part_id()));
     CLASH_ASSIGN_OR_RETURN(item.X_WP, PoseFromProto(p.pose(), absl::StrCat("parts[", i, "].pose")));
     item.path = p.path();
     item.name = p.name().empty() ? item.part->info.name() : p.name();
@@ -700,7 +721,7 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
     for (const std::string& g : a.groups()) CLASH_RETURN_IF_ERROR(CheckGroupName(g));
     for (const v1::AssemblyInstance& inst : assembly.instances()) {
       InstanceRec item;
-      CLASH_ASSIGN_OR_RETURN(item.part, t.parts().Get(inst.part_id()));
+      CLASH_ASSIGN_OR_RETURN(item.part, LoadPart(t, stop, inst.part_id()));
       CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X_AP, PoseFromProto(inst.pose(), inst.path()));
       item.X_WP = X_WA * X_AP;
       item.path =

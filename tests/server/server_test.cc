@@ -1701,6 +1701,69 @@ TEST_F(ServerTest, MeshUploadsTakeAQuerySlot) {
   EXPECT_EQ(part.triangle_count(), box.t.size());
 }
 
+// A stored part that is not in memory (after a restart, in no scene) is read and its hierarchy
+// built under a query slot, as an upload is: with the only slot busy, GetPart, AddInstances and
+// ListParts that would load it are refused at once instead of building beside the running check;
+// parts in memory are answered regardless, and the same calls succeed once the slot is free.
+TEST_F(ServerTest, LoadingAStoredPartTakesAQuerySlot) {
+  const RawMesh box = MakeBox(Vec3(1, 2, 3));
+  const std::string box_id = Upload(box, "box");
+  ServerConfig config;
+  config.query_slots = 1;
+  config.query_queue = 0;
+  config.query_helpers = 0;
+  Restart(config);
+  const std::string scene = CrowdedCylinders(35);
+  const std::string plate_id = Upload(MakeBox(Vec3(9, 9, 1)), "plate");
+  auto parts = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  auto scenes = v1::SceneService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  const auto get_part = [&](const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::GetPartRequest req;
+    req.set_part_id(id);
+    v1::Part part;
+    const grpc::Status status = parts->GetPart(&ctx, req, &part);
+    return std::make_pair(status, part);
+  };
+  const auto list_parts = [&] {
+    grpc::ClientContext ctx;
+    v1::ListPartsRequest req;
+    v1::ListPartsResponse resp;
+    const grpc::Status status = parts->ListParts(&ctx, req, &resp);
+    return std::make_pair(status, resp);
+  };
+  const auto add_box = [&] {
+    grpc::ClientContext ctx;
+    v1::AddInstancesRequest req;
+    req.set_scene_id(scene);
+    v1::PartPlacement* p = req.add_parts();
+    p->set_part_id(box_id);
+    *p->mutable_pose() = ToPose(RigidTransform::Identity());
+    v1::AddInstancesResponse resp;
+    return scenes->AddInstances(&ctx, req, &resp);
+  };
+  {
+    BackgroundCheck check(server_.get(), scene);
+    ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_query_running"));
+    const auto [plate_status, plate] = get_part(plate_id);
+    EXPECT_TRUE(plate_status.ok()) << plate_status.error_message();
+    EXPECT_EQ(plate.triangle_count(), 12);
+    EXPECT_EQ(get_part(box_id).first.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(add_box().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(list_parts().first.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_FALSE(check.done());  // refused for the slot, not after the check
+    EXPECT_EQ(check.Stop().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  MetricsOnceRecorded(server_->metrics_port(), "CheckInterference");
+  const auto [box_status, box_part] = get_part(box_id);
+  ASSERT_TRUE(box_status.ok()) << box_status.error_message();
+  EXPECT_EQ(box_part.triangle_count(), box.t.size());
+  const auto [list_status, list] = list_parts();
+  ASSERT_TRUE(list_status.ok()) << list_status.error_message();
+  EXPECT_EQ(list.parts_size(), 3);  // the box, the cylinder and the plate
+  EXPECT_TRUE(add_box().ok());
+}
+
 // An edit or a deletion waits for a running query only until its call's deadline, and one that
 // gave up has changed nothing: before, it went on waiting and applied itself after the client
 // had been told DEADLINE_EXCEEDED (which the client's own deadline gives either way: what tells
