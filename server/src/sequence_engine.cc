@@ -193,9 +193,16 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     std::optional<geom::Motion> first_motion;  // of movers[k].front(), for blocked_pose
     for (const InstanceRec* m : movers[k]) {
       result.add_moving_paths(m->path);
-      CLASH_ASSIGN_OR_RETURN(geom::Motion motion,
-                             MotionToInstall(step.motion(), m->X_WP,
-                                             absl::StrCat("step ", k + 1, " (", m->path, ")")));
+      // The group moves as one rigid body: every mover rides on the first mover's motion. For a
+      // world-frame motion (linear, rotation, screw) that is the motion given from the mover's own
+      // installed pose; a keyframe path interpolates the first mover's pose, so the others are
+      // carried by it (interpolating each mover's own pose would shear the group mid-path).
+      CLASH_ASSIGN_OR_RETURN(
+          geom::Motion motion,
+          first_motion && step.motion().has_path()
+              ? first_motion->Carrying(movers[k].front()->X_WP.Inverse() * m->X_WP)
+              : MotionToInstall(step.motion(), m->X_WP,
+                                absl::StrCat("step ", k + 1, " (", m->path, ")")));
       if (!first_motion) first_motion = motion;
       std::vector<geom::SweepObstacle> obstacles;
       absl::flat_hash_map<uint64_t, const InstanceRec*> by_id;

@@ -166,7 +166,9 @@ TEST(Motion, MaxTravelBoundsSampledTravelAndIsNotLoose) {
   double worst_ratio[4] = {0, 0, 0, 0};
   for (int trial = 0; trial < trials; ++trial) {
     const MotionKind kind = kinds[trial % 4];
-    const Motion m = RandomMotion(rng, kind);
+    Motion m = RandomMotion(rng, kind);
+    // Every third motion carries its part for another (a member of a moving group).
+    if (trial % 3 == 1) m = Ok(m.Carrying(RandomPose(rng, 30)));
     const Sphere sphere{RandomPoint(rng, 10), Uniform(rng, 0, 10)};
     double t0 = Uniform(rng, 0, 1), t1 = Uniform(rng, 0, 1);
     if (trial % 8 == 0) t0 = 0, t1 = 1;
@@ -209,6 +211,44 @@ TEST(Motion, MaxTravelBoundsSampledTravelAndIsNotLoose) {
     ::testing::Test::RecordProperty(std::string("worst_ratio_") + MotionKindName(kinds[k]),
                                     std::to_string(worst_ratio[k]));
   }
+}
+
+// A group moves as one rigid body: a carried part keeps its pose relative to its carrier at every
+// t, for every kind of motion, and a keyframe path still interpolates the carrier's own pose.
+TEST(Motion, ACarriedPartKeepsItsPoseRelativeToItsCarrier) {
+  std::mt19937 rng = SeededRng(504);
+  const MotionKind kinds[] = {MotionKind::kLinear, MotionKind::kRotation, MotionKind::kScrew,
+                              MotionKind::kKeyframes};
+  for (int trial = 0; trial < Trials(100); ++trial) {
+    const Motion lead = RandomMotion(rng, kinds[trial % 4]);
+    const RigidTransform X_PQ = RandomPose(rng, 50);
+    const Motion q = Ok(lead.Carrying(X_PQ));
+    EXPECT_EQ(q.kind(), lead.kind());
+    for (int k = 0; k <= 16; ++k) {
+      const RigidTransform rel = lead.PoseAt(k / 16.0).Inverse() * q.PoseAt(k / 16.0);
+      EXPECT_LT((rel.R - X_PQ.R).cwiseAbs().maxCoeff(), 1e-9) << trial << " t " << k / 16.0;
+      EXPECT_LT((rel.t - X_PQ.t).norm(), 1e-9) << trial << " t " << k / 16.0;
+    }
+  }
+  // Two parts 200 mm apart come back a quarter turn about the world origin: mid-path they are
+  // still 200 mm apart (interpolating each part's own pose brought them to 141 mm), and the
+  // carrier's origin still moves straight from (0, 100) to (100, 0).
+  const RigidTransform A = RigidTransform::Translation(Vec3(100, 0, 0));
+  const RigidTransform B = RigidTransform::Translation(Vec3(-100, 0, 0));
+  const RigidTransform K{AxisAngle(kPi / 2, Vec3::UnitZ()), Vec3::Zero()};
+  const Motion a = Ok(Motion::Keyframes(std::vector<Keyframe>{{0.0, K * A}, {1.0, A}}));
+  const Motion b = Ok(a.Carrying(A.Inverse() * B));
+  EXPECT_NEAR((b.PoseAt(0.5).t - a.PoseAt(0.5).t).norm(), 200.0, 1e-9);
+  EXPECT_NEAR((a.PoseAt(0.5).t - Vec3(50, 50, 0)).norm(), 0.0, 1e-12);
+  EXPECT_NEAR((b.start().t - Vec3(0, -100, 0)).norm(), 0.0, 1e-12);
+  EXPECT_NEAR((b.PoseAt(1.0).t - B.t).norm(), 0.0, 1e-12);
+  EXPECT_NEAR((b.keyframes().front().X_WP.t - Vec3(0, -100, 0)).norm(), 0.0, 1e-12);
+  // b's origin swings out to 129 mm from the world origin mid-path: the bound must cover it.
+  const double swing = (b.PoseAt(0.5).t - b.start().t).norm();
+  EXPECT_GT(swing, 91.0);
+  EXPECT_GE(b.MaxTravel(0, 0.5, Sphere{Vec3::Zero(), 0}), swing);
+  EXPECT_THAT(a.Carrying({2.0 * Mat3::Identity(), Vec3::Zero()}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "rigid"));
 }
 
 TEST(Motion, AdvanceLimitIsTheLargestParameterWithinTheBudget) {

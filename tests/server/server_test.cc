@@ -18,6 +18,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <numbers>
 #include <numeric>
 #include <random>
 #include <set>
@@ -1445,6 +1446,50 @@ TEST_F(ServerTest, BlockedPoseIsTheFirstMoversWhicheverMoverIsBlocked) {
   EXPECT_NEAR(X.t.x(), 0.0, 1e-9);
   EXPECT_NEAR(X.t.y(), 0.0, 1e-9);
   EXPECT_NEAR(X.t.z(), 60.0 * (1.0 - r.blocked_t()), 1e-6);
+}
+
+// A keyframe path moves its instances as one rigid group: the first mover's pose is
+// interpolated and the others ride on it. Two 4 mm cubes 200 mm apart come back a quarter turn
+// about the world origin into place: the second cube swings out to (-91.4, -91.4) mid-path
+// (where a post blocks it) and never comes near (-50, -50), where interpolating each cube's own
+// pose took it, shearing the group to 141 mm.
+TEST_F(ServerTest, AKeyframePathMovesItsGroupRigidly) {
+  const std::string cube = Upload(MakeBox(Vec3(2, 2, 2)), "cube");
+  const auto validate = [&](const Vec3& post) {
+    const std::string scene = NewScene();
+    Place(scene, cube, RigidTransform::Translation(Vec3(100, 0, 0)), "group/a");
+    Place(scene, cube, RigidTransform::Translation(Vec3(-100, 0, 0)), "group/b");
+    Place(scene, cube, RigidTransform::Translation(post), "post");
+    v1::ValidateSequenceRequest req;
+    req.set_scene_id(scene);
+    v1::SequenceStep* step = req.add_steps();
+    step->mutable_moving()->add_path_prefixes("group");
+    auto* path = step->mutable_motion()->mutable_path();
+    auto* start = path->add_keyframes();
+    start->set_t(0);
+    *start->mutable_offset() =
+        ToPose({testing::AxisAngle(std::numbers::pi / 2, Vec3::UnitZ()), Vec3::Zero()});
+    auto* end = path->add_keyframes();
+    end->set_t(1);
+    *end->mutable_offset() = ToPose(RigidTransform::Identity());
+    auto report = client_->ValidateSequence(req);
+    EXPECT_THAT(report.status(), IsOk());
+    return report.ok() && report->steps.size() == 1 ? report->steps[0] : v1::StepResult();
+  };
+  const double mid = 50 - 100 * std::sqrt(2.0);  // -91.42: b's origin at t = 0.5
+  const v1::StepResult blocked = validate(Vec3(mid, mid, 0));
+  EXPECT_FALSE(blocked.ok());
+  ASSERT_EQ(blocked.blockers_size(), 1);
+  EXPECT_EQ(blocked.blockers(0).moving_path(), "group/b");
+  EXPECT_EQ(blocked.blockers(0).path(), "post");
+  EXPECT_GT(blocked.blocked_t(), 0.3);
+  EXPECT_LT(blocked.blocked_t(), 0.5);
+  // blocked_pose is a's pose: its origin moves straight from (0, 100) to (100, 0).
+  const RigidTransform X = FromPose(blocked.blocked_pose());
+  EXPECT_NEAR(X.t.x(), 100 * blocked.blocked_t(), 1e-6);
+  EXPECT_NEAR(X.t.y(), 100 * (1 - blocked.blocked_t()), 1e-6);
+  const v1::StepResult clear = validate(Vec3(-50, -50, 0));
+  EXPECT_TRUE(clear.ok()) << (clear.blockers_size() > 0 ? clear.blockers(0).path() : "");
 }
 
 // Escape directions leave out the standing instances an allowed-interference rule pairs with

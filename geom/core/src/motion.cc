@@ -178,6 +178,17 @@ absl::StatusOr<Motion> Motion::Keyframes(std::span<const Keyframe> keyframes) {
   return m;
 }
 
+absl::StatusOr<Motion> Motion::Carrying(const RigidTransform& X_PQ) const {
+  if (absl::Status s = CheckPose(X_PQ, "carried pose"); !s.ok()) return s;
+  Motion m = *this;
+  m.X0_ = X0_ * X_PQ;
+  if (kind_ == MotionKind::kKeyframes) {
+    m.body_ = body_ * X_PQ;
+    for (Keyframe& k : m.keys_) k.X_WP = k.X_WP * X_PQ;
+  }
+  return m;
+}
+
 std::size_t Motion::SegmentIndex(double t) const {
   // The last segment whose start is <= t.
   auto it = std::upper_bound(segments_.begin(), segments_.end(), t,
@@ -203,7 +214,7 @@ RigidTransform Motion::PoseAt(double t) const {
       const Segment& seg = segments_[SegmentIndex(t)];
       const double s = (t - seg.t0) / (seg.t1 - seg.t0);
       const Mat3 rot = Eigen::AngleAxisd(s * seg.angle, seg.axis_P).toRotationMatrix();
-      return {seg.R0 * rot, seg.T0 + s * seg.dT};
+      return RigidTransform{seg.R0 * rot, seg.T0 + s * seg.dT} * body_;
     }
   }
   return X0_;
@@ -229,7 +240,7 @@ double Motion::MaxTravel(double t0, double t1, const Sphere& bound_P) const {
         const Segment& seg = segments_[i];
         const double f = (std::min(b, seg.t1) - std::max(a, seg.t0)) / (seg.t1 - seg.t0);
         if (f <= 0.0) continue;
-        const double rho = DistanceFromLine(bound_P.center, Vec3::Zero(), seg.axis_P) + r;
+        const double rho = DistanceFromLine(body_ * bound_P.center, Vec3::Zero(), seg.axis_P) + r;
         sum += f * seg.dT.norm() + ChordBound(f * seg.angle, rho);
       }
       return sum;

@@ -31,7 +31,8 @@
 //     most |Δs| |T_{i+1} - T_i| + min(|Δs| φ_i, 2) ρ_i, ρ_i = dist(c_P, line(0, k_i)) + r. Over
 //     several segments the displacements add up through the knots (triangle inequality), and
 //     each term grows with the sub-interval, so the sum over the spanned pieces of [t0, t1]
-//     bounds every intermediate s.
+//     bounds every intermediate s. A part Q carried by the path's part P (Carrying) is the
+//     sphere X_PQ · bound_Q in P's frame, so the same bound holds with that sphere.
 #pragma once
 
 #include <span>
@@ -104,6 +105,14 @@ class Motion {
   /// The keyframes (keyframe paths only; empty otherwise), rotations re-orthonormalised.
   [[nodiscard]] const std::vector<Keyframe>& keyframes() const { return keys_; }
 
+  /// The motion of a part Q carried rigidly by this motion's part P, at X_PQ (Q's pose in P's
+  /// frame, constant): X_WQ(t) = X_WP(t) · X_PQ. This is how a group moves as one rigid body:
+  /// every member's motion is one member's motion, carried. For linear, rotation and screw
+  /// motions this is the same motion started at X0 · X_PQ; a keyframe path keeps interpolating
+  /// P's pose (not Q's: Q's origin follows an arc about P's origin where P turns). INVALID_ARGUMENT
+  /// when X_PQ is not a finite rigid transform.
+  [[nodiscard]] absl::StatusOr<Motion> Carrying(const RigidTransform& X_PQ) const;
+
   /// The pose X_WP(t); t is clamped to [0, 1]. PoseAt(0) is the start pose exactly, and a
   /// keyframe path gives its (re-orthonormalised) keyframes exactly at their parameters.
   [[nodiscard]] RigidTransform PoseAt(double t) const;
@@ -140,8 +149,9 @@ class Motion {
   Vec3 center_ = Vec3::Zero();
   double amount_ = 0.0;
   double pitch_ = 0.0;
-  std::vector<Keyframe> keys_;
-  std::vector<Segment> segments_;
+  std::vector<Keyframe> keys_;     // the carried part's poses (see Carrying)
+  std::vector<Segment> segments_;  // the interpolation of the carrying part's poses
+  RigidTransform body_;            // keyframes: the carried part in the carrying part's frame
 };
 
 }  // namespace clash::geom
