@@ -1,10 +1,15 @@
 #include "clash/cad/import_cache.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -12,6 +17,7 @@
 
 #include "assembly_fixtures.h"
 #include "clash/cad/assembly.h"
+#include "clash/cad/durable_file.h"
 #include "occt_fixtures.h"
 #include "testing/status_matchers.h"
 
@@ -306,6 +312,23 @@ TEST_F(AssemblyCacheTest, StoreAndLoadAssemblyDirectly) {
   EXPECT_THAT(ImportAssemblyWithCache(junk.string(), {}, limits_, *cache),
               StatusIs(absl::StatusCode::kInvalidArgument, ""));
   EXPECT_EQ(Entries(".clshasm").size(), 1u);
+}
+
+// A FIFO where a file should be (a hostile worker's result.bin) is refused at once: before, the
+// open waited for a writer forever, holding the import's slot. Should the open block again, the
+// test opens the FIFO for writing to release it, and fails.
+class DurableFileTest : public testing::ScratchDirTest {};
+
+TEST_F(DurableFileTest, AFifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string path = (dir_ / "result.bin").string();
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  auto read = std::async(std::launch::async, [&] { return ReadFileCapped(path, 1024); });
+  if (read.wait_for(std::chrono::seconds(10)) == std::future_status::timeout) {
+    ADD_FAILURE() << "opening a FIFO blocked";
+    const int writer = open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (writer >= 0) close(writer);
+  }
+  EXPECT_THAT(read.get().status(), StatusIs(absl::StatusCode::kInternal, "not a regular file"));
 }
 
 }  // namespace

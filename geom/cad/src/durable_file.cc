@@ -87,7 +87,9 @@ void RemoveAbandonedTemporaries(const std::string& dir) {
 }
 
 absl::StatusOr<std::string> ReadFileCapped(const std::string& path, std::size_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO planted where a file should be (by a hostile worker) must not block the
+  // open; it is refused as not a regular file below. Regular files ignore the flag.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
     return absl::InternalError(absl::StrCat("cannot open ", path, ": ", Errno(errno)));
