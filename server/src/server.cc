@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -934,15 +936,17 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
 
   std::vector<std::string> part_ids(assembly.parts.size());
   std::set<std::string> listed;  // parts already in the response (identical parts share an id)
-  int faces_total = 0;
-  int faces_meshed = 0;
+  int64_t faces_total = 0;       // summed in 64 bits: each count is up to INT32_MAX
+  int64_t faces_meshed = 0;
   uint64_t triangles = 0;
   for (std::size_t i = 0; i < assembly.parts.size(); ++i) {
     const cad::AssemblyPart& p = assembly.parts[i];
     faces_total += p.mesh.faces_total;
     faces_meshed += p.mesh.faces_meshed;
     absl::StatusOr<std::shared_ptr<const PartEntry>> entry = t.parts().Put(PartInputOf(p));
-    if (absl::IsResourceExhausted(entry.status())) return entry.status();
+    // Only the file's fault (a part whose triangles are all degenerate) is a warning; a part
+    // above the limit, or one the server could not store, fails the import.
+    if (!entry.ok() && !absl::IsInvalidArgument(entry.status())) return entry.status();
     if (!entry.ok()) {
       // A part whose triangles are all degenerate: left out, with its instances, and said so.
       report->add_warnings(
@@ -959,8 +963,9 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   if (header.strict() && !report->complete()) {
     return absl::InvalidArgumentError(absl::StrCat("incomplete import: ", report->warnings(0)));
   }
-  report->set_faces_total(faces_total);
-  report->set_faces_meshed(faces_meshed);
+  constexpr int64_t kMaxCount = std::numeric_limits<int32_t>::max();
+  report->set_faces_total(static_cast<int32_t>(std::min(faces_total, kMaxCount)));
+  report->set_faces_meshed(static_cast<int32_t>(std::min(faces_meshed, kMaxCount)));
   report->set_triangles(triangles);
   for (const cad::AssemblyInstance& inst : assembly.instances) {
     if (inst.part < 0 || static_cast<std::size_t>(inst.part) >= part_ids.size() ||

@@ -444,6 +444,20 @@ TEST_F(ServerTest, GetPartMeshErrors) {
               StatusIs(absl::StatusCode::kResourceExhausted, "max-message-bytes"));
 }
 
+// A part the server cannot store (its disk fails: here the parts folder is a file) fails the
+// import with the server's error. Before, it became a warning, "part left out", of an import that
+// answered OK as merely incomplete (and INVALID_ARGUMENT, the file's fault, when strict).
+TEST_F(ServerTest, AStorageFailureFailsTheImport) {
+  const std::string file = std::string(CLASH_CAD_DATA_DIR) + "/as1-oc-214-mat.stp";
+  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << " (../shared absent)";
+  NewScene();  // the tenant's folders exist
+  const std::string parts = dir_ + "/data/tenants/local/parts";
+  ASSERT_TRUE(std::filesystem::is_directory(parts));
+  std::filesystem::remove_all(parts);
+  std::ofstream(parts) << "not a folder";
+  EXPECT_THAT(client_->ImportCad(file).status(), StatusIs(absl::StatusCode::kInternal, ""));
+}
+
 // An imported part's mesh holds Part.triangle_count triangles and vertex_count vertices.
 TEST_F(ServerTest, GetPartMeshOfImportedParts) {
   const std::string file = std::string(CLASH_CAD_DATA_DIR) + "/as1-oc-214-mat.stp";
