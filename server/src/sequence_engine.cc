@@ -33,6 +33,37 @@ const AllowRule* AllowedBy(const std::vector<AllowRule>& rules, uint64_t moving,
 using geom::RigidTransform;
 using geom::Vec3;
 
+// A sweep leaves a pair an allowed-interference rule names out whole (it cannot tell a deep
+// clash from a shallow one, or let contacts through and stop clashes, with one τ for all
+// obstacles): rules that suppress only some of what blocks a step are refused rather than
+// silently applied to the whole pair.
+absl::Status CheckWholePairRules(
+    const google::protobuf::RepeatedPtrField<v1::AllowedInterference>& rules,
+    const std::string& where) {
+  for (const v1::AllowedInterference& r : rules) {
+    const std::string what = absl::StrCat(where, " allowed interference '", r.name(), "'");
+    if (r.max_depth_mm() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what,
+                       ": max_depth_mm is not supported in sequences (a rule removes the "
+                       "pair from the sweep whole)"));
+    }
+    if (r.classes().empty()) continue;
+    bool hard = false, contained = false;
+    for (int c : r.classes()) {
+      hard |= c == v1::HARD;
+      contained |= c == v1::CONTAINED;
+    }
+    if (!hard || !contained) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what,
+          ": in sequences a rule must suppress every class that blocks (HARD and CONTAINED; "
+          "empty classes: all), as it removes the pair from the sweep whole"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 RigidTransform AxisMotion(const Vec3& c, const Vec3& a, double angle, double advance) {
   const geom::Mat3 R = Eigen::AngleAxisd(angle, a).toRotationMatrix();
   // p -> R (p - c) + c + advance a
@@ -137,6 +168,11 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     for (const InstanceRec* rec : recs) staged[rec->id] = X;
   }
   std::vector<AllowRule> global_rules;
+  CLASH_RETURN_IF_ERROR(CheckWholePairRules(request.allowed(), "the sequence's"));
+  for (int k = 0; k < n; ++k) {
+    CLASH_RETURN_IF_ERROR(
+        CheckWholePairRules(request.steps(k).allowed(), absl::StrCat("step ", k + 1, "'s")));
+  }
   CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, request.allowed(), &global_rules));
 
   v1::SequenceSummary summary;
@@ -162,7 +198,8 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       RigidTransform X;
     };
     std::vector<Standing> standing;
-    double max_deflection = 0;
+    double max_deflection = 0;  // of everything standing: the bound of any mover's τ
+    absl::flat_hash_map<uint64_t, double> deflection_of;
     for (const auto& [id, rec] : scene.instances) {
       if (!rec.enabled) continue;
       auto it = step_of.find(id);
@@ -175,12 +212,27 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         standing.push_back({&rec, rec.X_WP});
       }
       max_deflection = std::max(max_deflection, rec.part->deflection_mm);
+      deflection_of[id] = rec.part->deflection_mm;
     }
 
-    // τ of a moving instance against what stands: its deflection plus the largest obstacle's.
-    auto contact_of = [&](const InstanceRec& m) {
-      return ContactTolerance(tol, m.part->deflection_mm + max_deflection,
-                              m.part->geom->bounds().Diagonal());
+    // τ of a moving instance against what stands (unless the request gives it): its deflection
+    // plus the largest of the obstacles it can come near. One τ serves a whole sweep, so a
+    // coarse part that the mover never comes near must not loosen it: an obstacle counts when
+    // its box is within the largest τ possible of the region the mover can sweep, its box at
+    // X_start grown by `travel` (a bound on how far any of its points moves).
+    auto contact_of = [&](const InstanceRec& m, const RigidTransform& X_start, double travel,
+                          const std::vector<geom::SweepObstacle>& obstacles) {
+      const geom::Aabb& box = m.part->geom->bounds();
+      const double diagonal = box.Diagonal();
+      const double widest = ContactTolerance(tol, m.part->deflection_mm + max_deflection, diagonal);
+      const geom::Aabb reach = box.Transformed(X_start).Inflated(travel + widest);
+      double near = 0;
+      for (const geom::SweepObstacle& o : obstacles) {
+        if (o.part->bounds().Transformed(o.X_WO).Distance(reach) <= 0) {
+          near = std::max(near, deflection_of.at(o.id));
+        }
+      }
+      return ContactTolerance(tol, m.part->deflection_mm + near, diagonal);
     };
     v1::StepResult result;
     result.set_step_index(k);
@@ -216,7 +268,10 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         by_id[s.rec->id] = s.rec;
       }
       geom::SweepOptions options;
-      options.contact_mm = contact_of(*m);
+      const geom::Aabb& box = m->part->geom->bounds();
+      options.contact_mm = contact_of(
+          *m, motion.start(),
+          motion.MaxTravel(0, 1, geom::Sphere{box.Center(), 0.5 * box.Diagonal()}), obstacles);
       options.clearance_mm = tol.clearance_mm();
       options.profile = request.clearance_profile();
       absl::Status stopped;
@@ -283,15 +338,15 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         }
       }
       geom::FreeDirectionOptions fo;
-      fo.contact_mm = contact_of(*m);
+      const double tested =
+          fo.distance_mm > 0 ? fo.distance_mm : 1.5 * m->part->geom->bounds().Diagonal();
+      fo.contact_mm = contact_of(*m, m->X_WP, tested, obstacles);
       absl::Status stopped;
       const auto dirs = geom::FreeDirections(*m->part->geom, m->X_WP, obstacles, fo, [&] {
         stopped = stop();
         return !stopped.ok();
       });
       CLASH_RETURN_IF_ERROR(stopped);
-      const double tested =
-          fo.distance_mm > 0 ? fo.distance_mm : 1.5 * m->part->geom->bounds().Diagonal();
       for (const geom::FreeDirection& d : dirs) {
         v1::FreeDirection* out = result.add_free_directions();
         out->set_name(d.label);

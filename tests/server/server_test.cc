@@ -1506,6 +1506,68 @@ TEST_F(ServerTest, AKeyframePathMovesItsGroupRigidly) {
   EXPECT_TRUE(clear.ok()) << (clear.blockers_size() > 0 ? clear.blockers(0).path() : "");
 }
 
+// A sweep drops a pair an allowed rule names whole, so a rule suppressing only part of what
+// blocks (some classes, or HARD only up to a depth) is refused in a sequence. Before, such a rule
+// let a peg through a wall it should have stopped at.
+TEST_F(ServerTest, SequencesRefuseRulesTheyCannotApplyAsWritten) {
+  const std::string scene = PegsAndTubes("narrow", "wide");
+  const auto validate = [&](const std::vector<v1::ClashClass>& classes, double max_depth) {
+    v1::ValidateSequenceRequest req;
+    req.set_scene_id(scene);
+    req.mutable_tolerances()->set_contact_tolerance_mm(0.01);
+    v1::SequenceStep* step = AddInstallStep(&req, "wide");
+    v1::AllowedInterference* rule = step->add_allowed();
+    rule->set_name("fit");
+    rule->mutable_a()->add_path_prefixes("wide");
+    rule->mutable_b()->add_path_prefixes("tube2");
+    for (v1::ClashClass c : classes) rule->add_classes(c);
+    rule->set_max_depth_mm(max_depth);
+    return client_->ValidateSequence(req);
+  };
+  EXPECT_THAT(validate({v1::CONTACT}, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "every class that blocks"));
+  EXPECT_THAT(validate({v1::HARD}, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "every class that blocks"));
+  EXPECT_THAT(validate({}, 0.2).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "max_depth_mm"));
+  for (const auto& classes :
+       {std::vector<v1::ClashClass>{}, std::vector<v1::ClashClass>{v1::HARD, v1::CONTAINED}}) {
+    auto report = validate(classes, 0);
+    ASSERT_THAT(report.status(), IsOk());
+    ASSERT_EQ(report->steps.size(), 1u);
+    EXPECT_TRUE(report->steps[0].ok());
+    EXPECT_EQ(report->steps[0].suppressed_size(), 1);
+  }
+}
+
+// Without an explicit contact tolerance a mover's τ is its deflection plus the largest of the
+// standing parts it can come near: a coarse part (0.5 mm) far away no longer turns a 0.4 mm
+// overlap with a fine wall (0.01 mm) into contact; the same part beside the path does.
+TEST_F(ServerTest, ACoarsePartFarAwayDoesNotLoosenASequencesTolerance) {
+  const std::string block = Upload(MakeBox(Vec3(5, 5, 5)), "block", 0.01);
+  const std::string wall = Upload(MakeBox(Vec3(5, 5, 50)), "wall", 0.01);
+  const std::string coarse = Upload(MakeBox(Vec3(5, 5, 5)), "coarse", 0.5);
+  const auto validate = [&](const Vec3& coarse_at) {
+    const std::string scene = NewScene();
+    Place(scene, block, RigidTransform::Identity(), "block");
+    Place(scene, wall, RigidTransform::Translation(Vec3(9.6, 0, 0)), "wall");  // 0.4 mm overlap
+    Place(scene, coarse, RigidTransform::Translation(coarse_at), "coarse");
+    v1::ValidateSequenceRequest req;
+    req.set_scene_id(scene);
+    AddInstallStep(&req, "block");
+    auto report = client_->ValidateSequence(req);
+    EXPECT_THAT(report.status(), IsOk());
+    return report.ok() && report->steps.size() == 1 ? report->steps[0] : v1::StepResult();
+  };
+  const v1::StepResult far = validate(Vec3(1000, 0, 0));
+  EXPECT_FALSE(far.ok());
+  ASSERT_EQ(far.blockers_size(), 1);
+  EXPECT_EQ(far.blockers(0).path(), "wall");
+  const v1::StepResult near = validate(Vec3(-10.5, 0, 30));  // 0.5 mm beside the path
+  EXPECT_TRUE(near.ok());
+  EXPECT_GE(near.first_contact_t(), 0.0);
+}
+
 // Escape directions leave out the standing instances an allowed-interference rule pairs with
 // the mover, as its sweep does: a peg allowed to overlap its tube is free in every direction.
 TEST_F(ServerTest, EscapeDirectionsLeaveOutAllowedPairs) {
