@@ -374,6 +374,30 @@ TEST(Sweep, OptionsProfileStopAndCap) {
   EXPECT_EQ(empty.distance_queries, 0);
 }
 
+// A clearance profile has a sample at least every 1/64 of the parameter however far the
+// obstacles are: before, far steps (distance steps, not only directional ones) took a 200 mm pass
+// 10 mm beside a block in 7 samples, the first covering t from 0 to 0.5.
+TEST(Sweep, AProfileSamplesAtLeastEvery64thOfThePath) {
+  const PartPtr block = MakeBox(Vec3(5, 5, 5)).Part();
+  const PartPtr box = MakeBox(Vec3(5, 5, 5)).Part();
+  for (const double gap : {10.0, 30.0, 300.0}) {
+    const SweepObstacle o[] = {{block.get(), At(Vec3(0, 10 + gap, 0)), 1}};
+    const Motion pass = Ok(Motion::Linear(At(Vec3(-100, 0, 0)), Vec3::UnitX(), 200));
+    SweepOptions opt = Contact(0.1);
+    opt.profile = true;
+    const SweepResult r = Sweep(*box, pass, o, opt);
+    EXPECT_FALSE(r.blocked);
+    ASSERT_GE(r.profile.size(), 65u) << gap;
+    EXPECT_EQ(r.profile.front().first, 0.0);
+    EXPECT_EQ(r.profile.back().first, 1.0);
+    for (std::size_t i = 1; i < r.profile.size(); ++i) {
+      EXPECT_LE(r.profile[i].first - r.profile[i - 1].first, 1.0 / 64 + 1e-12) << gap;
+      EXPECT_GE(r.profile[i].second, gap - 1e-9) << gap;
+    }
+    EXPECT_NEAR(r.min_distance, gap, 1e-9);  // the closest pose, t = 0.5, is a sample
+  }
+}
+
 TEST(Sweep, ClearanceResolvesTheMinimumOfAPassBy) {
   // Two squares turned 45 degrees (diamonds of half-diagonal 5) pass corner to corner, 3 apart
   // at the closest. Far steps alone may land anywhere near the closest pose and certify little

@@ -354,8 +354,7 @@ SweepResult Sweeper::Run() {
       const double base = clearance_ > 0 ? clearance_ : tau_step_ / 2;
       if (dist.min > base) {
         const double margin = std::max(base, kDirectionalMarginRatio * dist.min);
-        double limit = DirectionalLimit(X, t, margin, next);
-        if (options_.profile) limit = std::min(limit, t + kProfileStep);
+        const double limit = DirectionalLimit(X, t, margin, next);
         if (limit > next) {
           next = limit;
           prev_margin = margin;
@@ -363,6 +362,8 @@ SweepResult Sweeper::Run() {
         }
       }
     }
+    // A profile has a sample at least every 1/64 of the parameter, far steps included.
+    if (options_.profile) next = std::min(next, t + kProfileStep);
     if (!(next > t)) {
       result_.exhausted = true;  // the step fell below the spacing of doubles
       break;
