@@ -303,7 +303,9 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         result.set_undecided(true);
         result.set_ok(false);
       }
-      if (r.blocked && r.t_contact < best_blocked) {
+      // The earliest block wins; movers blocked at the same t all list their blockers.
+      if (r.blocked && r.t_contact <= best_blocked) {
+        if (r.t_contact < best_blocked) result.clear_blockers();
         best_blocked = r.t_contact;
         result.set_ok(false);
         result.set_blocked_t(r.t_contact);
@@ -311,7 +313,6 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         // report places the moving group by it).
         ToProto(m == movers[k].front() ? r.X_contact : first_motion->PoseAt(r.t_contact),
                 result.mutable_blocked_pose());
-        result.clear_blockers();
         for (std::size_t i = 0; i < r.blocking_ids.size(); ++i) {
           const uint64_t id = r.blocking_ids[i];
           v1::Blocker* b = result.add_blockers();
@@ -322,10 +323,17 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
                                      r.blocking_classes[i] == geom::ClashClass::kContained
                                  ? v1::CONTAINED
                                  : v1::HARD);
-          ToProto(r.p_contact_W, b->mutable_point_mm());
+          ToProto(i < r.blocking_points_W.size() ? r.blocking_points_W[i] : r.p_contact_W,
+                  b->mutable_point_mm());
           b->set_moving_path(m->path);
         }
       }
+    }
+    // A block is a contact: the first contact comes no later (a part that starts inside an
+    // obstacle, or a block refined between two checked poses, has no earlier checked contact).
+    if (best_blocked <= 1.0 &&
+        (result.first_contact_t() < 0 || result.first_contact_t() > best_blocked)) {
+      result.set_first_contact_t(best_blocked);
     }
     if (request.all_free_directions() || (request.free_directions() && !result.ok())) {
       // Escape directions of the first moving instance from its installed pose, among the
@@ -352,7 +360,8 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         out->set_name(d.label);
         ToProto(d.direction_W, out->mutable_direction());
         out->set_free(d.free);
-        out->set_distance_mm(d.free ? tested : d.blocked_at_mm);
+        out->set_undecided(d.undecided);
+        out->set_distance_mm(d.free ? tested : d.undecided ? 0.0 : d.blocked_at_mm);
       }
     }
     result.set_clearance_violated(tol.clearance_mm() > 0 &&

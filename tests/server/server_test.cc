@@ -1568,6 +1568,54 @@ TEST_F(ServerTest, ACoarsePartFarAwayDoesNotLoosenASequencesTolerance) {
   EXPECT_GE(near.first_contact_t(), 0.0);
 }
 
+// Two movers blocked at the same t both list their blockers, each with its own witness point;
+// and a block is a contact, so first_contact_t is never later than blocked_t. Before, the second
+// mover's blockers were dropped, every blocker carried the deepest one's point, and a part
+// starting around an obstacle (no surface within τ) was blocked at 0 with no first contact.
+TEST_F(ServerTest, BlockersOfEveryMoverBlockedFirstEachWithItsPoint) {
+  const std::string peg = Upload(MakeBox(Vec3(1, 1, 20)), "peg");
+  const std::string bar = Upload(MakeBox(Vec3(3, 0.5, 0.5)), "bar");
+  const std::string bead = Upload(MakeBox(Vec3(0.1, 0.1, 0.1)), "bead");
+  v1::ValidateSequenceRequest req;
+  req.mutable_tolerances()->set_contact_tolerance_mm(0.01);
+  AddInstallStep(&req, "g");  // from 60 mm above
+  // Each peg starts crossed by a bar: both are blocked at t = 0.
+  req.set_scene_id(NewScene());
+  Place(req.scene_id(), peg, RigidTransform::Identity(), "g/p1");
+  Place(req.scene_id(), peg, RigidTransform::Translation(Vec3(100, 0, 0)), "g/p2");
+  Place(req.scene_id(), bar, RigidTransform::Translation(Vec3(0, 0, 60)), "bar1");
+  Place(req.scene_id(), bar, RigidTransform::Translation(Vec3(100, 0, 60)), "bar2");
+  auto crossed = client_->ValidateSequence(req);
+  ASSERT_THAT(crossed.status(), IsOk());
+  ASSERT_EQ(crossed->steps.size(), 1u);
+  const v1::StepResult& r = crossed->steps[0];
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.blocked_t(), 0.0);
+  EXPECT_EQ(r.first_contact_t(), 0.0);
+  std::map<std::string, std::pair<std::string, double>> by_blocker;  // path -> mover, point x
+  for (const v1::Blocker& b : r.blockers()) {
+    by_blocker[b.path()] = {b.moving_path(), b.point_mm().x()};
+  }
+  ASSERT_EQ(by_blocker.size(), 2u);
+  EXPECT_EQ(by_blocker["bar1"].first, "g/p1");
+  EXPECT_EQ(by_blocker["bar2"].first, "g/p2");
+  EXPECT_NEAR(by_blocker["bar1"].second, 0.0, 3.0);
+  EXPECT_NEAR(by_blocker["bar2"].second, 100.0, 3.0);
+  // A bead wholly inside the peg's start: CONTAINED at t = 0, and that is its first contact.
+  req.set_scene_id(NewScene());
+  Place(req.scene_id(), peg, RigidTransform::Identity(), "g/p1");
+  Place(req.scene_id(), bead, RigidTransform::Translation(Vec3(0, 0, 60)), "bead");
+  auto inside = client_->ValidateSequence(req);
+  ASSERT_THAT(inside.status(), IsOk());
+  ASSERT_EQ(inside->steps.size(), 1u);
+  const v1::StepResult& c = inside->steps[0];
+  EXPECT_FALSE(c.ok());
+  EXPECT_EQ(c.blocked_t(), 0.0);
+  ASSERT_EQ(c.blockers_size(), 1);
+  EXPECT_EQ(c.blockers(0).clash_class(), v1::CONTAINED);
+  EXPECT_EQ(c.first_contact_t(), 0.0);
+}
+
 // Escape directions leave out the standing instances an allowed-interference rule pairs with
 // the mover, as its sweep does: a peg allowed to overlap its tube is free in every direction.
 TEST_F(ServerTest, EscapeDirectionsLeaveOutAllowedPairs) {

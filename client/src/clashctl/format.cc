@@ -511,7 +511,10 @@ std::string FormatSequence(const std::vector<v1::StepResult>& steps,
                           clearance, step.ok() ? step.min_clearance_path() : StepBlockers(step));
     for (const v1::FreeDirection& d : step.free_directions()) {
       absl::StrAppendFormat(&out, "       escape %-4s %s (%.1f mm)\n", d.name(),
-                            d.free() ? "free" : "blocked", d.distance_mm());
+                            d.free()        ? "free"
+                            : d.undecided() ? "undecided"
+                                            : "blocked",
+                            d.distance_mm());
     }
   }
   absl::StrAppendFormat(

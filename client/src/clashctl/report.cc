@@ -272,8 +272,11 @@ std::string StepSection(const v1::StepResult& step, std::size_t view_index) {
         "<th>free</th><th>distance (mm)</th></tr>\n";
     for (const v1::FreeDirection& d : step.free_directions()) {
       absl::StrAppend(&out, "<tr><td>", XmlEscape(d.name()), "</td><td>", FormatVec3(d.direction()),
-                      "</td><td>", d.free() ? "free" : "blocked", "</td><td>", Mm(d.distance_mm()),
-                      "</td></tr>\n");
+                      "</td><td>",
+                      d.free()        ? "free"
+                      : d.undecided() ? "undecided"
+                                      : "blocked",
+                      "</td><td>", Mm(d.distance_mm()), "</td></tr>\n");
     }
     out += "</table>\n";
   }

@@ -264,6 +264,7 @@ class Sweeper {
     for (const Blocker& b : blockers) {
       result_.blocking_ids.push_back(obstacles_[b.index].id);
       result_.blocking_classes.push_back(b.cls);
+      result_.blocking_points_W.push_back(b.p_W);
       result_.blocking_depth_mm = std::max(result_.blocking_depth_mm, b.depth);
     }
     const auto deepest =

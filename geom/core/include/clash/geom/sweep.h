@@ -128,6 +128,7 @@ struct SweepResult {
   std::vector<ClashClass> blocking_classes;  ///< Their classes (parallel to blocking_ids).
   double blocking_depth_mm = 0.0;            ///< Largest depth estimate among them at t_contact.
   Vec3 p_contact_W = Vec3::Zero();           ///< Witness point on the moving part at t_contact.
+  std::vector<Vec3> blocking_points_W;       ///< Each blocker's own witness point (parallel).
   /// Last checked parameter that was free (every checked pose up to it was not blocked): 1
   /// when the whole path was checked unblocked, -1 when the start pose is blocked; after a stop
   /// or the iteration cap, where the scan got to.
