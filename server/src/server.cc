@@ -910,6 +910,13 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   absl::StatusOr<cad::CachedAssemblyImport> imported =
       cad::ImportAssemblyWithCache(file, options, limits, t.import_cache(), &watch.cancel);
   watch.Stop();  // the rest is quick and never asks the client
+  // A worker that cannot run fails every import: health says so until one succeeds again.
+  if (absl::IsFailedPrecondition(imported.status())) {
+    LogLine(LogLevel::kError, absl::StrCat("import worker: ", imported.status().message()));
+    health_service.Set("clash.v1.PartService", false);
+  } else if (imported.ok()) {
+    health_service.Set("clash.v1.PartService", true);
+  }
   if (!imported.ok()) return imported.status();
   const cad::ImportedAssembly& assembly = imported->assembly;
   const absl::Status complete = cad::CheckImportComplete(assembly);

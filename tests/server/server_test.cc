@@ -34,6 +34,7 @@
 #include "clash/geom/status_macros.h"
 #include "convert.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "limiter.h"
 #include "part_store.h"
@@ -141,7 +142,7 @@ class ServerTest : public ::testing::Test {
     config.listen = "127.0.0.1:0";
     config.metrics_listen = "127.0.0.1:0";
     config.data_dir = dir_ + "/data";
-    config.worker_path = CLASH_CAD_WORKER_PATH;
+    if (config.worker_path.empty()) config.worker_path = CLASH_CAD_WORKER_PATH;
     config.quiet = true;
     config.shutdown_grace_seconds = 1;
     auto server = ClashServer::Start(config);
@@ -456,6 +457,35 @@ TEST_F(ServerTest, AStorageFailureFailsTheImport) {
   std::filesystem::remove_all(parts);
   std::ofstream(parts) << "not a folder";
   EXPECT_THAT(client_->ImportCad(file).status(), StatusIs(absl::StatusCode::kInternal, ""));
+}
+
+// A worker that cannot run (the dynamic loader exits 127: a shared library is missing) is the
+// server's fault, not the file's: FAILED_PRECONDITION, and health says the PartService is not
+// serving. Before, every import answered INVALID_ARGUMENT, blaming the file, and health stayed
+// SERVING.
+TEST_F(ServerTest, AWorkerThatCannotRunIsTheServersFault) {
+  const std::string worker = dir_ + "/broken-worker";
+  std::ofstream(worker) << "#!/bin/sh\necho 'error while loading shared libraries' >&2\nexit 127\n";
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  ServerConfig config;
+  config.worker_path = worker;
+  config.import_pool_workers = 0;
+  Restart(config);
+  const auto part_service_health = [&] {
+    auto health = grpc::health::v1::Health::NewStub(server_->grpc_server()->InProcessChannel({}));
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service("clash.v1.PartService");
+    grpc::health::v1::HealthCheckResponse resp;
+    EXPECT_TRUE(health->Check(&ctx, req, &resp).ok());
+    return resp.status();
+  };
+  EXPECT_EQ(part_service_health(), grpc::health::v1::HealthCheckResponse::SERVING);
+  const std::string file = dir_ + "/box.stp";
+  std::ofstream(file) << "ISO-10303-21;\nEND-ISO-10303-21;\n";
+  EXPECT_THAT(client_->ImportCad(file).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "shared libraries"));
+  EXPECT_EQ(part_service_health(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
 }
 
 // An imported part's mesh holds Part.triangle_count triangles and vertex_count vertices.

@@ -671,6 +671,13 @@ absl::StatusOr<std::string> RunWorker(const std::string& path, const Tessellatio
     return absl::InternalError(absl::StrCat("import worker failed with exit code ", exit_code, ": ",
                                             ReadSmallFile(setup.stderr_path, kStderrQuoteBytes)));
   }
+  // 126 and 127: the worker never ran (the dynamic loader could not load it or its shared
+  // libraries, or it is not executable): the server's fault, not the file's.
+  if (exit_code == 126 || exit_code == 127) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "import worker could not run (exit code ", exit_code,
+        ": missing shared libraries?): ", ReadSmallFile(setup.stderr_path, kStderrQuoteBytes)));
+  }
   if (exit_code != internal::kWorkerExitOk) {
     return absl::InvalidArgumentError(absl::StrCat("import worker exited with code ", exit_code,
                                                    " without a result reading ", file_name));
