@@ -180,6 +180,11 @@ std::shared_ptr<const PartEntry> PartStore::Loaded(const std::string& id) const 
   return it == loaded_.end() ? nullptr : it->second;
 }
 
+bool PartStore::Known(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  return ids_.contains(id);
+}
+
 std::vector<std::string> PartStore::ListIds(const std::string& after, std::size_t limit) const {
   std::lock_guard lock(mu_);
   std::vector<std::string> out;

@@ -61,6 +61,8 @@ class PartStore {
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Get(const std::string& id);
   /// The part with this id if it is in memory, else null (never reads or builds).
   [[nodiscard]] std::shared_ptr<const PartEntry> Loaded(const std::string& id) const;
+  /// True when a part with this id is stored (loaded or not).
+  [[nodiscard]] bool Known(const std::string& id) const;
 
   /// Up to `limit` part ids greater than `after`, in order.
   [[nodiscard]] std::vector<std::string> ListIds(const std::string& after, std::size_t limit) const;

@@ -336,11 +336,21 @@ struct ClashServer::Impl {
         const std::vector<std::string> ids = t.parts().ListIds(request->page_token(), n + 1);
         const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, impl_->config.max_query_seconds));
         for (std::size_t i = 0; i < ids.size() && i < n; ++i) {
-          absl::StatusOr<std::shared_ptr<const PartEntry>> e = impl_->LoadPart(t, stop, ids[i]);
-          // A damaged file (logged) leaves its part out; running out of time or slots does not.
-          if (absl::IsNotFound(e.status())) continue;
-          CLASH_RETURN_IF_ERROR(e.status());
-          *response->add_parts() = (*e)->info;
+          std::shared_ptr<const PartEntry> entry = t.parts().Loaded(ids[i]);
+          if (entry == nullptr) {
+            // Running out of slots or time fails the page; a part that no longer loads (a
+            // damaged file, or above a lowered --max-part-triangles) is left out and logged.
+            CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, impl_->query_limiter.Acquire(stop));
+            CLASH_RETURN_IF_ERROR(stop());
+            absl::StatusOr<std::shared_ptr<const PartEntry>> got = t.parts().Get(ids[i]);
+            if (!got.ok()) {
+              LogLine(LogLevel::kWarning, absl::StrCat("ListParts: part ", ids[i],
+                                                       " left out: ", got.status().message()));
+              continue;
+            }
+            entry = *std::move(got);
+          }
+          *response->add_parts() = entry->info;
         }
         if (ids.size() > n) response->set_next_page_token(ids[n - 1]);
         return absl::OkStatus();
@@ -593,6 +603,8 @@ struct ClashServer::Impl {
   absl::StatusOr<std::shared_ptr<const PartEntry>> LoadPart(Tenant& t, const StopCheck& stop,
                                                             const std::string& id) {
     if (std::shared_ptr<const PartEntry> entry = t.parts().Loaded(id)) return entry;
+    // An unknown id is NOT_FOUND at once, however busy the slots are.
+    if (!t.parts().Known(id)) return absl::NotFoundError(absl::StrCat("no part ", id));
     CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, query_limiter.Acquire(stop));
     CLASH_RETURN_IF_ERROR(stop());
     return t.parts().Get(id);
@@ -910,12 +922,8 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   absl::StatusOr<cad::CachedAssemblyImport> imported =
       cad::ImportAssemblyWithCache(file, options, limits, t.import_cache(), &watch.cancel);
   watch.Stop();  // the rest is quick and never asks the client
-  // A worker that cannot run fails every import: health says so until one succeeds again.
   if (absl::IsFailedPrecondition(imported.status())) {
     LogLine(LogLevel::kError, absl::StrCat("import worker: ", imported.status().message()));
-    health_service.Set("clash.v1.PartService", false);
-  } else if (imported.ok()) {
-    health_service.Set("clash.v1.PartService", true);
   }
   if (!imported.ok()) return imported.status();
   const cad::ImportedAssembly& assembly = imported->assembly;
@@ -1056,9 +1064,28 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   cad::IsolationLimits probe;
   probe.worker_path = config.worker_path;
   const bool worker_ok = access(cad::ResolveWorkerPath(probe).c_str(), X_OK) == 0;
+  // Health is set before the pool starts, which may turn clash.v1.PartService NOT_SERVING when
+  // it cannot start workers (an executable that does not run: a missing shared library) and
+  // SERVING again when it can. Nobody can ask before the server listens.
+  HealthService* health = &impl->health_service;
+  health->Set("", true);
+  for (const char* name : kServiceNames) health->Set(name, true);
+  if (!worker_ok) {
+    LogLine(LogLevel::kWarning, "clash-cad-worker not found: CAD imports are unavailable");
+    health->Set("clash.v1.PartService", false);
+  }
   if (worker_ok && config.import_pool_workers > 0) {
-    impl->worker_pool = std::make_unique<cad::WorkerPool>(
-        cad::WorkerPoolOptions{cad::ResolveWorkerPath(probe), config.import_pool_workers});
+    cad::WorkerPoolOptions pool_options;
+    pool_options.worker_path = cad::ResolveWorkerPath(probe);
+    pool_options.idle_workers = config.import_pool_workers;
+    pool_options.on_can_start_changed = [health](bool can_start) {
+      if (!can_start) {
+        LogLine(LogLevel::kError,
+                "import workers fail to start: CAD imports are unavailable until they do");
+      }
+      health->Set("clash.v1.PartService", can_start);
+    };
+    impl->worker_pool = std::make_unique<cad::WorkerPool>(std::move(pool_options));
     cad::WorkerPool* pool = impl->worker_pool.get();
     impl->metrics.AddGauge("clashd_import_pool_idle", "Pre-started import workers waiting.",
                            [pool] { return pool->idle(); });
@@ -1086,13 +1113,6 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
-  }
-  HealthService* health = &impl->health_service;
-  health->Set("", true);
-  for (const char* name : kServiceNames) health->Set(name, true);
-  if (!worker_ok) {
-    LogLine(LogLevel::kWarning, "clash-cad-worker not found: CAD imports are unavailable");
-    health->Set("clash.v1.PartService", false);
   }
   if (!config.metrics_listen.empty()) {
     CLASH_ASSIGN_OR_RETURN(impl->metrics_http,

@@ -3,6 +3,7 @@
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <limits>
 #include <map>
 #include <memory>
@@ -460,32 +462,69 @@ TEST_F(ServerTest, AStorageFailureFailsTheImport) {
 }
 
 // A worker that cannot run (the dynamic loader exits 127: a shared library is missing) is the
-// server's fault, not the file's: FAILED_PRECONDITION, and health says the PartService is not
-// serving. Before, every import answered INVALID_ARGUMENT, blaming the file, and health stayed
-// SERVING.
+// server's fault, not the file's: FAILED_PRECONDITION. Health follows the pool's start-ups
+// (which run no file, so no upload can fake them): clash.v1.PartService turns NOT_SERVING once
+// workers fail to start, and SERVING again once one starts. Before, every import answered
+// INVALID_ARGUMENT, blaming the file, and health stayed SERVING.
 TEST_F(ServerTest, AWorkerThatCannotRunIsTheServersFault) {
-  const std::string worker = dir_ + "/broken-worker";
-  std::ofstream(worker) << "#!/bin/sh\necho 'error while loading shared libraries' >&2\nexit 127\n";
+  const std::string worker = dir_ + "/worker";
+  const auto install_worker = [&](const std::string& script) {
+    const std::string tmp = worker + ".new";
+    std::ofstream(tmp) << "#!/bin/sh\n" << script << "\n";
+    std::filesystem::permissions(tmp, std::filesystem::perms::owner_all);
+    std::filesystem::rename(tmp, worker);  // never a half-written script
+  };
+  install_worker("echo 'error while loading shared libraries' >&2\nexit 127");
+  ServerConfig config;
+  config.worker_path = worker;
+  config.import_pool_workers = 1;
+  Restart(config);
+  auto health = grpc::health::v1::Health::NewStub(server_->grpc_server()->InProcessChannel({}));
+  const auto part_service_becomes = [&](grpc::health::v1::HealthCheckResponse::ServingStatus want) {
+    for (int i = 0; i < 300; ++i) {  // up to 30 s; the pool retries a start every second
+      grpc::ClientContext ctx;
+      grpc::health::v1::HealthCheckRequest req;
+      req.set_service("clash.v1.PartService");
+      grpc::health::v1::HealthCheckResponse resp;
+      if (health->Check(&ctx, req, &resp).ok() && resp.status() == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  };
+  EXPECT_TRUE(part_service_becomes(grpc::health::v1::HealthCheckResponse::NOT_SERVING));
+  const std::string file = dir_ + "/box.stp";
+  std::ofstream(file) << "ISO-10303-21;\nEND-ISO-10303-21;\n";
+  EXPECT_THAT(client_->ImportCad(file).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "shared libraries"));
+  install_worker(absl::StrCat("exec '", CLASH_CAD_WORKER_PATH, "' \"$@\""));
+  EXPECT_TRUE(part_service_becomes(grpc::health::v1::HealthCheckResponse::SERVING));
+}
+
+// A worker that leaves a FIFO where its stderr file was (a worker taken over by a hostile file)
+// cannot hang the import that quotes it: the server reads only regular files there. Before, the
+// open waited for a writer forever; should it again, the test opens the FIFO to release it.
+TEST_F(ServerTest, AWorkerPlantingAFifoCannotHangItsImport) {
+  const std::string worker = dir_ + "/worker";
+  std::ofstream(worker) << "#!/bin/sh\nrm -f \"$TMPDIR/stderr.txt\"\nmkfifo "
+                           "\"$TMPDIR/stderr.txt\"\nexit 74\n";
   std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
   ServerConfig config;
   config.worker_path = worker;
   config.import_pool_workers = 0;
   Restart(config);
-  const auto part_service_health = [&] {
-    auto health = grpc::health::v1::Health::NewStub(server_->grpc_server()->InProcessChannel({}));
-    grpc::ClientContext ctx;
-    grpc::health::v1::HealthCheckRequest req;
-    req.set_service("clash.v1.PartService");
-    grpc::health::v1::HealthCheckResponse resp;
-    EXPECT_TRUE(health->Check(&ctx, req, &resp).ok());
-    return resp.status();
-  };
-  EXPECT_EQ(part_service_health(), grpc::health::v1::HealthCheckResponse::SERVING);
   const std::string file = dir_ + "/box.stp";
   std::ofstream(file) << "ISO-10303-21;\nEND-ISO-10303-21;\n";
-  EXPECT_THAT(client_->ImportCad(file).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "shared libraries"));
-  EXPECT_EQ(part_service_health(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  auto import = std::async(std::launch::async, [&] { return client_->ImportCad(file); });
+  if (import.wait_for(std::chrono::seconds(20)) == std::future_status::timeout) {
+    ADD_FAILURE() << "the import hangs on the worker's FIFO";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/data", ec)) {
+      if (!e.is_fifo()) continue;
+      const int fd = open(e.path().c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd >= 0) close(fd);
+    }
+  }
+  EXPECT_THAT(import.get().status(), StatusIs(absl::StatusCode::kInternal, "exit code 74"));
 }
 
 // An imported part's mesh holds Part.triangle_count triangles and vertex_count vertices.
@@ -1615,6 +1654,7 @@ TEST_F(ServerTest, BlockersOfEveryMoverBlockedFirstEachWithItsPoint) {
   Place(req.scene_id(), peg, RigidTransform::Translation(Vec3(100, 0, 0)), "g/p2");
   Place(req.scene_id(), bar, RigidTransform::Translation(Vec3(0, 0, 60)), "bar1");
   Place(req.scene_id(), bar, RigidTransform::Translation(Vec3(100, 0, 60)), "bar2");
+  Place(req.scene_id(), bar, RigidTransform::Translation(Vec3(0, 0, 75)), "bar3");  // p1 again
   auto crossed = client_->ValidateSequence(req);
   ASSERT_THAT(crossed.status(), IsOk());
   ASSERT_EQ(crossed->steps.size(), 1u);
@@ -1622,15 +1662,18 @@ TEST_F(ServerTest, BlockersOfEveryMoverBlockedFirstEachWithItsPoint) {
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.blocked_t(), 0.0);
   EXPECT_EQ(r.first_contact_t(), 0.0);
-  std::map<std::string, std::pair<std::string, double>> by_blocker;  // path -> mover, point x
+  std::map<std::string, std::pair<std::string, Vec3>> by_blocker;  // path -> mover, point
   for (const v1::Blocker& b : r.blockers()) {
-    by_blocker[b.path()] = {b.moving_path(), b.point_mm().x()};
+    by_blocker[b.path()] = {b.moving_path(), FromProto(b.point_mm())};
   }
-  ASSERT_EQ(by_blocker.size(), 2u);
+  ASSERT_EQ(by_blocker.size(), 3u);
   EXPECT_EQ(by_blocker["bar1"].first, "g/p1");
   EXPECT_EQ(by_blocker["bar2"].first, "g/p2");
-  EXPECT_NEAR(by_blocker["bar1"].second, 0.0, 3.0);
-  EXPECT_NEAR(by_blocker["bar2"].second, 100.0, 3.0);
+  EXPECT_EQ(by_blocker["bar3"].first, "g/p1");
+  // Each point where its own bar crosses its peg (bar: 6 x 1 x 1 mm).
+  EXPECT_LT((by_blocker["bar1"].second - Vec3(0, 0, 60)).cwiseAbs().maxCoeff(), 3.0);
+  EXPECT_LT((by_blocker["bar2"].second - Vec3(100, 0, 60)).cwiseAbs().maxCoeff(), 3.0);
+  EXPECT_LT((by_blocker["bar3"].second - Vec3(0, 0, 75)).cwiseAbs().maxCoeff(), 3.0);
   // A bead wholly inside the peg's start: CONTAINED at t = 0, and that is its first contact.
   req.set_scene_id(NewScene());
   Place(req.scene_id(), peg, RigidTransform::Identity(), "g/p1");
@@ -1643,6 +1686,8 @@ TEST_F(ServerTest, BlockersOfEveryMoverBlockedFirstEachWithItsPoint) {
   EXPECT_EQ(c.blocked_t(), 0.0);
   ASSERT_EQ(c.blockers_size(), 1);
   EXPECT_EQ(c.blockers(0).clash_class(), v1::CONTAINED);
+  // The witness is a point of the bead, the part inside the other.
+  EXPECT_LT((FromProto(c.blockers(0).point_mm()) - Vec3(0, 0, 60)).cwiseAbs().maxCoeff(), 0.2);
   EXPECT_EQ(c.first_contact_t(), 0.0);
 }
 

@@ -94,10 +94,16 @@ std::string SignalName(int signal) {
   return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : "unknown";
 }
 
-// Reads at most `max_bytes` of a small file; empty when it cannot be read.
+// Reads at most `max_bytes` of a small file; empty when it cannot be read or is not a regular
+// file (the worker owns its folder: a FIFO there must not block the open, nor the read).
 std::string ReadSmallFile(const std::string& path, std::size_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return {};
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return {};
+  }
   std::string text(max_bytes, '\0');
   const ssize_t n = read(fd, text.data(), text.size());
   close(fd);
@@ -337,6 +343,7 @@ struct WorkerPool::Impl {
   std::uint64_t dispatched = 0;
   std::uint64_t started = 0;
   std::uint64_t failures = 0;
+  int failures_in_a_row = 0;
   std::thread thread;
 
   // Starts one worker in pool mode and waits for its ready byte.
@@ -402,12 +409,21 @@ struct WorkerPool::Impl {
       lock.lock();
       --starting;
       ++started;
+      const bool was_broken = failures_in_a_row >= kFailuresToBeBroken;
       if (worker) {
         idle.push_back(*worker);
+        failures_in_a_row = 0;
       } else {
         ++failures;
+        ++failures_in_a_row;
       }
+      const bool broken = failures_in_a_row >= kFailuresToBeBroken;
       changed.notify_all();
+      if (broken != was_broken && options.on_can_start_changed) {
+        lock.unlock();
+        options.on_can_start_changed(!broken);
+        lock.lock();
+      }
       if (!worker) changed.wait_for(lock, kPoolRetryPause, [&] { return stopping; });
     }
     for (PooledWorker& worker : idle) {

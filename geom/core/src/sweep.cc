@@ -121,8 +121,12 @@ class Sweeper {
   std::optional<Blocker> Contained(const RigidTransform& X, std::size_t i, double gap) {
     const SweepObstacle& o = obstacles_[i];
     ++result_.classify_queries;
-    if (FindContainment(moving_, X, *o.part, o.X_WO) == Containment::kNone) return std::nullopt;
-    return Blocker{i, ClashClass::kContained, gap, X * moving_.AnyVertex()};
+    const Containment c = FindContainment(moving_, X, *o.part, o.X_WO);
+    if (c == Containment::kNone) return std::nullopt;
+    // The witness is a point of whichever part lies inside the other.
+    const Vec3 p_W =
+        c == Containment::kBInsideA ? o.X_WO * o.part->AnyVertex() : X * moving_.AnyVertex();
+    return Blocker{i, ClashClass::kContained, gap, p_W};
   }
 
   // Classifies the given obstacles at X, each with its surface distance (< 0: unknown): the
@@ -345,6 +349,7 @@ SweepResult Sweeper::Run() {
       if (clearance_ > 0) budget = std::min(budget, std::max(dist.min - clearance_, resolution_));
     }
     double next = motion_.AdvanceLimit(t, budget, sphere_);
+    const double plain_next = next;
     prev_margin = 0.0;
     if (far && next < 1.0 && motion_.kind() != MotionKind::kKeyframes && motion_.amount() != 0) {
       // A translation or a turn may go farther: as far as no obstacle can come within the
@@ -364,7 +369,11 @@ SweepResult Sweeper::Run() {
       }
     }
     // A profile has a sample at least every 1/64 of the parameter, far steps included.
-    if (options_.profile) next = std::min(next, t + kProfileStep);
+    if (options_.profile && next > t + kProfileStep) {
+      // Not counted as directional when the cap takes its gain back (its margin still holds).
+      if (prev_margin > 0 && t + kProfileStep <= plain_next) --result_.directional_steps;
+      next = t + kProfileStep;
+    }
     if (!(next > t)) {
       result_.exhausted = true;  // the step fell below the spacing of doubles
       break;

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,7 +36,14 @@ struct WorkerPoolOptions {
   std::string worker_path;
   /// Workers kept started and idle; 0 starts none (every call starts a fresh worker).
   int idle_workers = 2;
+  /// Called from the pool's thread when the pool turns unable to start workers
+  /// (kFailuresToBeBroken start-ups in a row failed: false) and when a worker starts again
+  /// after that (true). Start-ups run no job, so no imported file can trigger it.
+  std::function<void(bool can_start)> on_can_start_changed = nullptr;
 };
+
+/// Failed worker start-ups in a row after which the pool reports that it cannot start workers.
+inline constexpr int kFailuresToBeBroken = 3;
 
 /// A set of pre-started, single-use import workers. Thread-safe. Must outlive the calls that use
 /// it (the destructor waits for them).

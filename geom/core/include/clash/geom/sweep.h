@@ -127,8 +127,10 @@ struct SweepResult {
   std::vector<uint64_t> blocking_ids;        ///< Obstacles kHard or kContained at t_contact, by id.
   std::vector<ClashClass> blocking_classes;  ///< Their classes (parallel to blocking_ids).
   double blocking_depth_mm = 0.0;            ///< Largest depth estimate among them at t_contact.
-  Vec3 p_contact_W = Vec3::Zero();           ///< Witness point on the moving part at t_contact.
-  std::vector<Vec3> blocking_points_W;       ///< Each blocker's own witness point (parallel).
+  /// The deepest blocker's witness point at t_contact: on the moving part, or on the obstacle
+  /// when that lies inside the part.
+  Vec3 p_contact_W = Vec3::Zero();
+  std::vector<Vec3> blocking_points_W;  ///< Each blocker's own witness point (parallel).
   /// Last checked parameter that was free (every checked pose up to it was not blocked): 1
   /// when the whole path was checked unblocked, -1 when the start pose is blocked; after a stop
   /// or the iteration cap, where the scan got to.
