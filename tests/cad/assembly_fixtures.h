@@ -15,6 +15,7 @@
 #include <Quantity_Color.hxx>
 #include <STEPCAFControl_Controller.hxx>
 #include <STEPCAFControl_Writer.hxx>
+#include <TCollection_ExtendedString.hxx>
 #include <TDF_Label.hxx>
 #include <TDataStd_Name.hxx>
 #include <TDocStd_Document.hxx>
@@ -103,9 +104,10 @@ inline gp_Trsf Translation(const double (&v)[3]) {
   return trsf;
 }
 
-/// Writes the plate-and-bolts assembly to `path` with `unit` as the file's length unit; the plate
-/// part is coloured red.
-inline void WriteAssemblyStep(const std::filesystem::path& path, const char* unit = "MM") {
+/// Builds an XCAF document with `fill(shapes, colors)` and writes it to STEP at `path`, with names
+/// and colours, and `unit` as the file's length unit.
+template <typename Fill>
+inline void WriteXcafStep(const std::filesystem::path& path, Fill fill, const char* unit = "MM") {
   QuietOcct quiet;
   Handle(XCAFApp_Application) app = XCAFApp_Application::GetApplication();
   Handle(TDocStd_Document) doc;
@@ -113,26 +115,7 @@ inline void WriteAssemblyStep(const std::filesystem::path& path, const char* uni
   {
     const Handle(XCAFDoc_ShapeTool) shapes = XCAFDoc_DocumentTool::ShapeTool(doc->Main());
     const Handle(XCAFDoc_ColorTool) colors = XCAFDoc_DocumentTool::ColorTool(doc->Main());
-    const TDF_Label plate =
-        shapes->AddShape(BRepPrimAPI_MakeBox(kPlate[0], kPlate[1], kPlate[2]).Shape(), false);
-    TDataStd_Name::Set(plate, "plate");
-    colors->SetColor(plate, Quantity_Color(1, 0, 0, Quantity_TOC_sRGB), XCAFDoc_ColorSurf);
-    const TDF_Label bolt =
-        shapes->AddShape(BRepPrimAPI_MakeCylinder(kBoltRadius, kBoltHeight).Shape(), false);
-    TDataStd_Name::Set(bolt, "bolt");
-
-    const TDF_Label bolted = shapes->NewShape();
-    TDataStd_Name::Set(bolted, "bolted");
-    shapes->AddComponent(bolted, bolt, TopLoc_Location(Translation(kBoltAt[0])));
-    shapes->AddComponent(bolted, bolt, TopLoc_Location(Translation(kBoltAt[1])));
-
-    const TDF_Label top = shapes->NewShape();
-    TDataStd_Name::Set(top, "top");
-    shapes->AddComponent(top, plate, TopLoc_Location());
-    gp_Trsf placed;
-    placed.SetRotation(gp::OZ(), std::numbers::pi / 2);
-    placed.SetTranslationPart(gp_Vec(kBoltedShift[0], kBoltedShift[1], kBoltedShift[2]));
-    shapes->AddComponent(top, bolted, TopLoc_Location(placed));
+    fill(shapes, colors);
     shapes->UpdateAssemblies();
 
     // OCCT 7.6 captures "write.step.unit" when the writer is constructed: set it before.
@@ -149,6 +132,71 @@ inline void WriteAssemblyStep(const std::filesystem::path& path, const char* uni
     ASSERT_EQ(written, IFSelect_RetDone);
   }
   app->Close(doc);
+}
+
+/// Writes the plate-and-bolts assembly to `path` with `unit` as the file's length unit; the plate
+/// part is coloured red.
+inline void WriteAssemblyStep(const std::filesystem::path& path, const char* unit = "MM") {
+  WriteXcafStep(
+      path,
+      [](const Handle(XCAFDoc_ShapeTool) & shapes, const Handle(XCAFDoc_ColorTool) & colors) {
+        const TDF_Label plate =
+            shapes->AddShape(BRepPrimAPI_MakeBox(kPlate[0], kPlate[1], kPlate[2]).Shape(), false);
+        TDataStd_Name::Set(plate, "plate");
+        colors->SetColor(plate, Quantity_Color(1, 0, 0, Quantity_TOC_sRGB), XCAFDoc_ColorSurf);
+        const TDF_Label bolt =
+            shapes->AddShape(BRepPrimAPI_MakeCylinder(kBoltRadius, kBoltHeight).Shape(), false);
+        TDataStd_Name::Set(bolt, "bolt");
+
+        const TDF_Label bolted = shapes->NewShape();
+        TDataStd_Name::Set(bolted, "bolted");
+        shapes->AddComponent(bolted, bolt, TopLoc_Location(Translation(kBoltAt[0])));
+        shapes->AddComponent(bolted, bolt, TopLoc_Location(Translation(kBoltAt[1])));
+
+        const TDF_Label top = shapes->NewShape();
+        TDataStd_Name::Set(top, "top");
+        shapes->AddComponent(top, plate, TopLoc_Location());
+        gp_Trsf placed;
+        placed.SetRotation(gp::OZ(), std::numbers::pi / 2);
+        placed.SetTranslationPart(gp_Vec(kBoltedShift[0], kBoltedShift[1], kBoltedShift[2]));
+        shapes->AddComponent(top, bolted, TopLoc_Location(placed));
+      },
+      unit);
+}
+
+/// Writes a tree of shared sub-assemblies: level 0 is a unit box part "box"; level k >= 1 is an
+/// assembly "l<k>" with fan_outs[k-1] components, all referring to level k-1 (placed side by side
+/// along one axis), and the last level, the top, also holds `extra_boxes` more boxes. The file
+/// has one label per level, a few KB, yet expands to prod(fan_outs) + extra_boxes instances: 17
+/// levels of 2 give 131 072.
+inline void WriteSharedTreeStep(const std::filesystem::path& path, const std::vector<int>& fan_outs,
+                                int extra_boxes = 0) {
+  WriteXcafStep(
+      path,
+      [&](const Handle(XCAFDoc_ShapeTool) & shapes, const Handle(XCAFDoc_ColorTool) & /*colors*/) {
+        const TDF_Label box = shapes->AddShape(BRepPrimAPI_MakeBox(1, 1, 1).Shape(), false);
+        TDataStd_Name::Set(box, "box");
+        TDF_Label below = box;
+        double size = 1;  // extent of one copy of the level below along each axis
+        for (std::size_t k = 1; k <= fan_outs.size(); ++k) {
+          const TDF_Label level = shapes->NewShape();
+          TDataStd_Name::Set(level, TCollection_ExtendedString(("l" + std::to_string(k)).c_str()));
+          const int axis = static_cast<int>(k % 3);
+          for (int j = 0; j < fan_outs[k - 1]; ++j) {
+            double shift[3] = {0, 0, 0};
+            shift[axis] = 2 * size * j;
+            shapes->AddComponent(level, below, TopLoc_Location(Translation(shift)));
+          }
+          if (k == fan_outs.size()) {
+            for (int j = 1; j <= extra_boxes; ++j) {
+              const double shift[3] = {-2.0 * j, -2.0 * j, -2.0 * j};
+              shapes->AddComponent(level, box, TopLoc_Location(Translation(shift)));
+            }
+          }
+          size *= 2 * fan_outs[k - 1];
+          below = level;
+        }
+      });
 }
 
 /// Expected world boxes of the generated assembly, by instance.

@@ -49,6 +49,7 @@ using ::testing::HasSubstr;
 using testing::QuietOcct;
 using testing::WorldBox;
 using testing::WriteAssemblyStep;
+using testing::WriteSharedTreeStep;
 
 // Each test gets a private scratch folder `dir_`.
 using AssemblyTest = testing::ScratchDirTest;
@@ -153,6 +154,37 @@ TEST_F(AssemblyTest, InvalidOptionsAreRejected) {
   options.angular_deflection_rad = 0;
   EXPECT_THAT(ReadAssembly((dir_ / "absent.step").string(), options),
               StatusIs(absl::StatusCode::kInvalidArgument, ""));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Instance cap.
+
+TEST_F(AssemblyTest, SharedSubAssembliesCannotExpandPastTheInstanceCap) {
+  // 17 levels, each placing the level below twice: a few KB of STEP, 2^17 = 131072 instances.
+  const fs::path path = dir_ / "doubling.step";
+  WriteSharedTreeStep(path, std::vector<int>(17, 2));
+  EXPECT_LT(fs::file_size(path), 100'000u);
+  const absl::StatusOr<ImportedAssembly> assembly = ReadAssembly(path, {});
+  EXPECT_THAT(assembly, StatusIs(absl::StatusCode::kResourceExhausted, "131072 instances"));
+  EXPECT_THAT(assembly, StatusIs(absl::StatusCode::kResourceExhausted,
+                                 absl::StrCat("cap of ", kMaxAssemblyInstances)));
+}
+
+TEST_F(AssemblyTest, InstanceCapIsExact) {
+  // 5^5 * 2^5 = 100000 instances of one part: exactly the cap, accepted.
+  const std::vector<int> fan_outs{5, 5, 5, 5, 5, 2, 2, 2, 2, 2};
+  static_assert(kMaxAssemblyInstances == 100'000);
+  const fs::path at_cap = dir_ / "at_cap.step";
+  WriteSharedTreeStep(at_cap, fan_outs);
+  const absl::StatusOr<ImportedAssembly> assembly = ReadAssembly(at_cap, {});
+  ASSERT_THAT(assembly, IsOk());
+  EXPECT_EQ(assembly->parts.size(), 1u);
+  EXPECT_EQ(assembly->instances.size(), kMaxAssemblyInstances);
+  // One more box in the top assembly: refused.
+  const fs::path over_cap = dir_ / "over_cap.step";
+  WriteSharedTreeStep(over_cap, fan_outs, /*extra_boxes=*/1);
+  EXPECT_THAT(ReadAssembly(over_cap, {}),
+              StatusIs(absl::StatusCode::kResourceExhausted, "100001 instances"));
 }
 
 // ---------------------------------------------------------------------------------------------

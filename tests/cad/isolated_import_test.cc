@@ -67,6 +67,7 @@ using testing::ReadBytes;
 using testing::ScopedEnv;
 using testing::WriteAssemblyStep;
 using testing::WriteBytes;
+using testing::WriteSharedTreeStep;
 using testing::WriteStep;
 
 class IsolatedImportTest : public ::testing::Test {
@@ -401,6 +402,15 @@ TEST_F(IsolatedImportTest, AssemblyFailuresMapLikeMeshFailures) {
     EXPECT_THAT(ImportAssemblyIsolated(path, {}, Limits(), &cancel),
                 StatusIs(absl::StatusCode::kCancelled, "cancelled"));
   }
+}
+
+TEST_F(IsolatedImportTest, InstanceCapReachesTheCaller) {
+  // 17 levels, each placing the level below twice: 2^17 = 131072 instances, past the cap. The
+  // worker refuses it before meshing, and its RESOURCE_EXHAUSTED reaches the caller.
+  const fs::path path = data_ / "doubling.step";
+  WriteSharedTreeStep(path, std::vector<int>(17, 2));
+  EXPECT_THAT(ImportAssemblyIsolated(path, {}, Limits()),
+              StatusIs(absl::StatusCode::kResourceExhausted, "131072 instances"));
 }
 
 // as1-oc-214-mat.stp: 9 products and 13 occurrences expand to 5 parts and 18 instances (see

@@ -228,6 +228,7 @@ void ExpectParsedInvariants(const ImportedAssembly& assembly) {
   ASSERT_FALSE(assembly.parts.empty());
   ASSERT_FALSE(assembly.instances.empty());
   ASSERT_LE(assembly.roots_transferred, assembly.roots_total);
+  ASSERT_LE(assembly.instances.size(), kMaxAssemblyInstances);
   for (const AssemblyPart& part : assembly.parts) {
     ASSERT_LE(part.name.size(), internal::kMaxWorkerStringBytes);
     ExpectParsedInvariants(part.mesh);
@@ -297,6 +298,20 @@ TEST(WorkerAssemblyFormat, LongNamesAreCutWhenEncoding) {
   ASSERT_THAT(parsed, IsOk());
   EXPECT_EQ(parsed->parts[0].name, std::string(internal::kMaxWorkerStringBytes, 'n'));
   EXPECT_EQ(parsed->instances[2].path, std::string(internal::kMaxWorkerStringBytes, 'p'));
+}
+
+TEST(WorkerAssemblyFormat, RefusesMoreInstancesThanTheCap) {
+  // A well-formed file of exactly kMaxAssemblyInstances instances parses; one more is refused,
+  // whatever the worker claims.
+  ImportedAssembly assembly = SmallAssembly();
+  assembly.instances.resize(kMaxAssemblyInstances, assembly.instances[1]);
+  const absl::StatusOr<ImportedAssembly> at_cap =
+      ParseAssembly(internal::EncodeWorkerOutput<ImportedAssembly>(assembly));
+  ASSERT_THAT(at_cap, IsOk());
+  EXPECT_EQ(at_cap->instances.size(), kMaxAssemblyInstances);
+  assembly.instances.push_back(assembly.instances[2]);
+  EXPECT_THAT(ParseAssembly(internal::EncodeWorkerOutput<ImportedAssembly>(assembly)),
+              StatusIs(kInternal, "100001 instances exceed the cap of 100000"));
 }
 
 TEST(WorkerAssemblyFormat, RejectsSpecificCorruptions) {

@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <gp_Trsf.hxx>
 #include <map>
 #include <mutex>
@@ -63,6 +64,8 @@ using internal::Phase;
 
 // Deepest assembly nesting accepted; deeper (or cyclic) references mean a broken file.
 constexpr int kMaxDepth = 64;
+// Instance counts saturate here (far above kMaxAssemblyInstances; two of them cannot overflow).
+constexpr uint64_t kCountSaturation = uint64_t{1} << 62;
 
 using Color = std::optional<std::array<float, 3>>;
 
@@ -193,6 +196,20 @@ class Walker {
         triangles_left_(options.max_triangles),
         out_(out) {}
 
+  // The number of instances the occurrences `nodes` expand to, through every path of shared
+  // sub-assemblies: as many as the walk would give, found without meshing. Each label is counted
+  // once (memoised), so this costs one visit per label and component even when the expansion is
+  // huge; the count saturates at kCountSaturation.
+  absl::StatusOr<uint64_t> CountInstances(const std::vector<Node>& nodes) {
+    uint64_t total = 0;
+    for (const Node& node : nodes) {
+      absl::StatusOr<uint64_t> count = InstancesOf(node.definition, 0);
+      if (!count.ok()) return count.status();
+      total = std::min(total + *count, kCountSaturation);
+    }
+    return total;
+  }
+
   // Visits the children `nodes` of the node at `parent_path`, placed by `parent`.
   absl::Status VisitSiblings(const std::vector<Node>& nodes, const gp_Trsf& parent,
                              const std::string& parent_path, const Color& inherited, int depth) {
@@ -241,6 +258,12 @@ class Walker {
       if (!color) color = inherited;
 
       if (parts[i] >= 0) {
+        // CountInstances refuses such files before the walk; this keeps the walk bounded anyway.
+        if (out_->instances.size() >= kMaxAssemblyInstances) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("assemble: more than ", kMaxAssemblyInstances,
+                           " instances (the cap, kMaxAssemblyInstances) at ", path));
+        }
         AssemblyInstance instance;
         instance.path = path;
         instance.name = names[i];
@@ -254,6 +277,11 @@ class Walker {
         out_->instances.push_back(std::move(instance));
         continue;
       }
+      // A sub-assembly with no part below it (CountInstances counted them all) is not walked, so
+      // a huge expansion of empty sub-assemblies costs nothing either.
+      absl::StatusOr<uint64_t> below = InstancesOf(node.definition, depth);
+      if (!below.ok()) return below.status();
+      if (*below == 0) continue;
       TDF_LabelSequence components;
       shapes_->GetComponents(node.definition, components, /*getsubchilds=*/Standard_False);
       std::vector<Node> children;
@@ -274,6 +302,40 @@ class Walker {
   }
 
  private:
+  // The instances the shape label `definition`, met at nesting `depth`, expands to: 1 for a shape
+  // with faces, 0 for one without, the sum over its components for an assembly.
+  absl::StatusOr<uint64_t> InstancesOf(const TDF_Label& definition, int depth) {
+    // A cycle recurses here until it is too deep: labels still being counted are not memoised.
+    if (depth > kMaxDepth) {
+      return absl::InvalidArgumentError(absl::StrCat("assemble: assembly nesting deeper than ",
+                                                     kMaxDepth, " under \"", NameOf(definition),
+                                                     "\""));
+    }
+    TCollection_AsciiString entry;
+    TDF_Tool::Entry(definition, entry);
+    const std::string key = entry.ToCString();
+    if (auto it = instances_of_label_.find(key); it != instances_of_label_.end()) {
+      return it->second;
+    }
+    uint64_t count = 0;
+    if (!shapes_->IsAssembly(definition)) {
+      const TopoDS_Shape shape = XCAFDoc_ShapeTool::GetShape(definition);
+      count = !shape.IsNull() && TopExp_Explorer(shape, TopAbs_FACE).More() ? 1 : 0;
+    } else {
+      TDF_LabelSequence components;
+      shapes_->GetComponents(definition, components, /*getsubchilds=*/Standard_False);
+      for (int c = 1; c <= components.Length(); ++c) {
+        TDF_Label referred;
+        if (!XCAFDoc_ShapeTool::GetReferredShape(components.Value(c), referred)) continue;
+        absl::StatusOr<uint64_t> below = InstancesOf(referred, depth + 1);
+        if (!below.ok()) return below.status();
+        count = std::min(count + *below, kCountSaturation);
+      }
+    }
+    instances_of_label_[key] = count;
+    return count;
+  }
+
   // The part index of a simple-shape label, meshing it on first use; -1 when it has no faces.
   absl::StatusOr<int> PartOf(const TDF_Label& label) {
     TCollection_AsciiString entry;
@@ -316,6 +378,7 @@ class Walker {
   std::size_t triangles_left_;
   ImportedAssembly* out_;
   std::map<std::string, int> part_of_label_;  // label entry -> part index, -1 for no geometry
+  std::map<std::string, uint64_t> instances_of_label_;  // label entry -> InstancesOf
 };
 
 // Read, transfer, walk and mesh; `phase` tracks progress for the exception handler.
@@ -359,6 +422,15 @@ absl::StatusOr<ImportedAssembly> ImportLocked(const std::string& path, CadFormat
     roots.push_back(root);
   }
   Walker walker(shapes, colors, options, format == CadFormat::kIges, &out);
+  // Refuse an expansion past the cap before meshing anything or building any instance.
+  absl::StatusOr<uint64_t> instances = walker.CountInstances(roots);
+  if (!instances.ok()) return instances.status();
+  if (*instances > kMaxAssemblyInstances) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "assemble: the assembly expands to ", *instances == kCountSaturation ? "at least " : "",
+        *instances, " instances, more than the cap of ", kMaxAssemblyInstances,
+        " (shared sub-assemblies are expanded along every path)"));
+  }
   if (absl::Status status = walker.VisitSiblings(roots, gp_Trsf(), "", std::nullopt, 0);
       !status.ok()) {
     return status;

@@ -399,6 +399,10 @@ absl::StatusOr<ImportedAssembly> ParseAssembly(ByteReader& in) {
     return Malformed(absl::StrCat(part_count, " parts and ", instance_count,
                                   " instances do not fit the ", left, " bytes left"));
   }
+  if (instance_count > kMaxAssemblyInstances) {
+    return Malformed(absl::StrCat(instance_count, " instances exceed the cap of ",
+                                  kMaxAssemblyInstances, " (kMaxAssemblyInstances)"));
+  }
   assembly.parts.reserve(part_count);
   for (uint32_t i = 0; i < part_count; ++i) {
     absl::StatusOr<AssemblyPart> part = ParsePart(in, i);

@@ -7,7 +7,7 @@
 //   error:    u32 absl::StatusCode, u32 message length (<= kMaxWorkerMessageBytes), message bytes
 //   mesh:     <mesh>
 //   assembly: i32 roots_total, roots_transferred, load_failures, load_warnings, empty_parts;
-//             u32 part count P; u32 instance count I;
+//             u32 part count P; u32 instance count I (<= kMaxAssemblyInstances);
 //             P x { <string> name; u64 byte length L of the part's <mesh>; <mesh> (L bytes) }
 //             I x { <string> path; <string> name; u32 part (< P); f64 rotation[9] (row-major);
 //                   f64 translation_mm[3]; u8 has_color (0 or 1); f32 rgb[3] (in [0, 1]; all 0
@@ -81,8 +81,8 @@ template <typename T>
 /// UNKNOWN), or INTERNAL "malformed worker output: ..." when `bytes` breaks any rule of the
 /// format: magic (of the kind T), version, kind, sizes (against bytes.size() and max_bytes),
 /// consistent counts, finite coordinates within kMaxAbsCoordinateMm, indices below the vertex
-/// count, face ids below faces_total, string lengths, part indices below the part count, valid
-/// placements (IsValidPlacement), colours in [0, 1].
+/// count, face ids below faces_total, string lengths, at most kMaxAssemblyInstances instances,
+/// part indices below the part count, valid placements (IsValidPlacement), colours in [0, 1].
 template <typename T = MeshBuffers>
 [[nodiscard]] absl::StatusOr<T> ParseWorkerOutput(std::string_view bytes, std::size_t max_bytes);
 

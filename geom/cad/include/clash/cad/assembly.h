@@ -8,6 +8,7 @@
 #define CLASH_CAD_ASSEMBLY_H_
 
 #include <array>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,12 @@
 #include "clash/cad/tessellate.h"
 
 namespace clash::cad {
+
+/// Most instances an imported assembly may have. Shared sub-assemblies multiply: a 60 KB file of 20
+/// levels, each placing the level below twice, expands to 2^20 instances (gigabytes in the server).
+/// ReadAssembly counts the expansion before meshing and returns RESOURCE_EXHAUSTED naming the
+/// count and this cap; the worker result parser refuses a larger instance count.
+inline constexpr std::size_t kMaxAssemblyInstances = 100'000;
 
 /// Rigid placement mapping a part's frame into the assembly (world) frame: world = R * p + t.
 struct Placement {
@@ -72,7 +79,8 @@ struct ImportedAssembly {
 /// bounding box, and max_triangles caps the sum over parts. Errors: NOT_FOUND (no such file),
 /// INVALID_ARGUMENT (bad options, a file that cannot be read or transferred, no part with
 /// geometry, or a part that cannot be meshed; the message names the phase), RESOURCE_EXHAUSTED
-/// (above max_triangles or out of memory), INTERNAL (unexpected failure).
+/// (above max_triangles, more than kMaxAssemblyInstances instances, or out of memory), INTERNAL
+/// (unexpected failure).
 [[nodiscard]] absl::StatusOr<ImportedAssembly> ReadAssembly(const std::string& path,
                                                             const TessellationOptions& options);
 
