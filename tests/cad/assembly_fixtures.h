@@ -27,12 +27,14 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <gp.hxx>
 #include <gp_Trsf.hxx>
 #include <gp_Vec.hxx>
 #include <numbers>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "clash/cad/assembly.h"
@@ -269,6 +271,48 @@ class GeneratedAssemblyTest : public ScratchDirTest {
 
   std::filesystem::path step_;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Text.
+
+/// True when `s` is well-formed UTF-8 (what protobuf requires of a `string` field): each character
+/// decodes to a scalar value (not a surrogate, at most U+10FFFF) in its shortest form. Written
+/// apart from the code under test, by decoding.
+inline bool IsWellFormedUtf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char lead = static_cast<unsigned char>(s[i]);
+    std::size_t length = 0;
+    uint32_t code = 0;
+    uint32_t smallest = 0;
+    if (lead < 0x80) {
+      length = 1, code = lead;
+    } else if ((lead & 0xe0) == 0xc0) {
+      length = 2, code = lead & 0x1f, smallest = 0x80;
+    } else if ((lead & 0xf0) == 0xe0) {
+      length = 3, code = lead & 0x0f, smallest = 0x800;
+    } else if ((lead & 0xf8) == 0xf0) {
+      length = 4, code = lead & 0x07, smallest = 0x10000;
+    } else {
+      return false;
+    }
+    if (s.size() - i < length) return false;
+    for (std::size_t k = 1; k < length; ++k) {
+      const unsigned char next = static_cast<unsigned char>(s[i + k]);
+      if ((next & 0xc0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3f);
+    }
+    if (code < smallest || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return false;
+    i += length;
+  }
+  return true;
+}
+
+/// "a" followed by `n` times "é" (two bytes each in UTF-8).
+inline std::string AccentedName(std::size_t n) {
+  std::string name = "a";
+  for (std::size_t k = 0; k < n; ++k) name += "\xc3\xa9";
+  return name;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Comparisons.

@@ -11,6 +11,12 @@
 #include <BRepPrimAPI_MakeBox.hxx>
 #include <STEPControl_Controller.hxx>
 #include <STEPControl_Writer.hxx>
+#include <TCollection_ExtendedString.hxx>
+#include <TDF_Label.hxx>
+#include <TDataStd_Name.hxx>
+#include <TopLoc_Location.hxx>
+#include <XCAFDoc_ColorTool.hxx>
+#include <XCAFDoc_ShapeTool.hxx>
 #include <algorithm>
 #include <cstddef>
 #include <filesystem>
@@ -46,6 +52,7 @@ using testing::Box3;
 using testing::CheckGeneratedAssembly;
 using testing::ExpectBoxNear;
 using ::testing::HasSubstr;
+using testing::IsWellFormedUtf8;
 using testing::QuietOcct;
 using testing::WorldBox;
 using testing::WriteAssemblyStep;
@@ -185,6 +192,79 @@ TEST_F(AssemblyTest, InstanceCapIsExact) {
   WriteSharedTreeStep(over_cap, fan_outs, /*extra_boxes=*/1);
   EXPECT_THAT(ReadAssembly(over_cap, {}),
               StatusIs(absl::StatusCode::kResourceExhausted, "100001 instances"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names as UTF-8.
+
+// Writes an assembly "top" holding a box part named `name` (UTF-16 code units) twice.
+void WriteNamedBoxStep(const fs::path& path, const TCollection_ExtendedString& name) {
+  testing::WriteXcafStep(
+      path,
+      [&](const Handle(XCAFDoc_ShapeTool) & shapes, const Handle(XCAFDoc_ColorTool) & /*colors*/) {
+        const TDF_Label box = shapes->AddShape(BRepPrimAPI_MakeBox(1, 1, 1).Shape(), false);
+        TDataStd_Name::Set(box, name);
+        const TDF_Label top = shapes->NewShape();
+        TDataStd_Name::Set(top, "top");
+        shapes->AddComponent(top, box, TopLoc_Location());
+        shapes->AddComponent(top, box, TopLoc_Location(testing::Translation({5, 0, 0})));
+      });
+}
+
+// Expects every name and path of `assembly` to be well-formed UTF-8.
+void ExpectUtf8Names(const ImportedAssembly& assembly) {
+  for (const AssemblyPart& part : assembly.parts) EXPECT_TRUE(IsWellFormedUtf8(part.name));
+  for (const AssemblyInstance& instance : assembly.instances) {
+    EXPECT_TRUE(IsWellFormedUtf8(instance.path)) << instance.path;
+    EXPECT_TRUE(IsWellFormedUtf8(instance.name)) << instance.name;
+  }
+}
+
+TEST_F(AssemblyTest, NonAsciiNamesComeBackAsUtf8) {
+  const fs::path path = dir_ / "accented.step";
+  WriteNamedBoxStep(path, TCollection_ExtendedString("\xc3\xa9"
+                                                     "crou \xe2\x80\x94 M8",
+                                                     true));
+  const absl::StatusOr<ImportedAssembly> assembly = ReadAssembly(path, {});
+  ASSERT_THAT(assembly, IsOk());
+  ASSERT_EQ(assembly->parts.size(), 1u);
+  EXPECT_EQ(assembly->parts[0].name,
+            "\xc3\xa9"
+            "crou \xe2\x80\x94 M8");
+  ExpectUtf8Names(*assembly);
+}
+
+TEST_F(AssemblyTest, NamesThatAreNotUnicodeBecomeValidUtf8) {
+  // Names in the file that have no UTF-8 form: a lone surrogate written by OCCT, the same through
+  // STEP's own escape (\X2\D800\X0\), and raw bytes that are not UTF-8. (OCCT 7.6 drops
+  // surrogates and cut characters and reads other raw bytes as Latin-1; the reader repairs what
+  // is left, whatever OCCT version gives it.)
+  const Standard_ExtCharacter units[] = {u'n', u'u', 0xd800, u't', 0};
+  const fs::path written = dir_ / "surrogate.step";
+  WriteNamedBoxStep(written, TCollection_ExtendedString(units));
+  const fs::path plain = dir_ / "plain.step";
+  WriteNamedBoxStep(plain, TCollection_ExtendedString("nutXYZ"));
+  const std::string text = testing::ReadBytes(plain);
+  ASSERT_NE(text.find("nutXYZ"), std::string::npos);
+  std::vector<fs::path> files{written};
+  for (const char* replacement :
+       {"nut\\X2\\D800\\X0\\", "nut\xff\xfe", "nut\xc3", "nut\xed\xa0\x80"}) {
+    std::string patched = text;
+    for (std::size_t at = patched.find("nutXYZ"); at != std::string::npos;
+         at = patched.find("nutXYZ", at)) {
+      patched.replace(at, 6, replacement);
+    }
+    files.push_back(dir_ / ("patched" + std::to_string(files.size()) + ".step"));
+    testing::WriteBytes(files.back(), patched);
+  }
+  for (const fs::path& path : files) {
+    SCOPED_TRACE(path.filename().string());
+    const absl::StatusOr<ImportedAssembly> assembly = ReadAssembly(path, {});
+    ASSERT_THAT(assembly, IsOk());
+    ASSERT_EQ(assembly->parts.size(), 1u);
+    ExpectUtf8Names(*assembly);
+    EXPECT_EQ(assembly->parts[0].name.substr(0, 2), "nu");
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

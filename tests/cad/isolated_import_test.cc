@@ -22,7 +22,13 @@
 #include <Message_Messenger.hxx>
 #include <STEPControl_Controller.hxx>
 #include <STEPControl_Writer.hxx>
+#include <TCollection_ExtendedString.hxx>
+#include <TDF_Label.hxx>
+#include <TDataStd_Name.hxx>
+#include <TopLoc_Location.hxx>
 #include <TopoDS_Shape.hxx>
+#include <XCAFDoc_ColorTool.hxx>
+#include <XCAFDoc_ShapeTool.hxx>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -41,6 +47,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "assembly_fixtures.h"
 #include "clash/cad/tessellate.h"
 #include "clash/cad/worker_pool.h"
@@ -411,6 +418,41 @@ TEST_F(IsolatedImportTest, InstanceCapReachesTheCaller) {
   WriteSharedTreeStep(path, std::vector<int>(17, 2));
   EXPECT_THAT(ImportAssemblyIsolated(path, {}, Limits()),
               StatusIs(absl::StatusCode::kResourceExhausted, "131072 instances"));
+}
+
+TEST_F(IsolatedImportTest, LongNonAsciiNamesStayValidUtf8) {
+  // Six nested assemblies named "a" + 6000 x "e acute" (12001 bytes each in UTF-8) above a box:
+  // the instance's path is 72011 bytes, and 65536 bytes fall inside a character of the sixth
+  // name. (OCCT 7.6 cannot read back a STEP string of 24 KB.)
+  const std::string name = testing::AccentedName(6000);
+  const TCollection_ExtendedString occt_name(name.c_str(), true);
+  const fs::path path = data_ / "long_names.step";
+  testing::WriteXcafStep(
+      path,
+      [&](const Handle(XCAFDoc_ShapeTool) & shapes, const Handle(XCAFDoc_ColorTool) & /*colors*/) {
+        TDF_Label below = shapes->AddShape(BRepPrimAPI_MakeBox(1, 1, 1).Shape(), false);
+        TDataStd_Name::Set(below, "box");
+        for (int level = 0; level < 6; ++level) {
+          const TDF_Label assembly = shapes->NewShape();
+          TDataStd_Name::Set(assembly, occt_name);
+          shapes->AddComponent(assembly, below, TopLoc_Location());
+          below = assembly;
+        }
+      });
+  const absl::StatusOr<ImportedAssembly> local = ReadAssembly(path, {});
+  ASSERT_THAT(local, IsOk());
+  const absl::StatusOr<ImportedAssembly> isolated = ImportAssemblyIsolated(path, {}, Limits());
+  ASSERT_THAT(isolated, IsOk());
+  ASSERT_EQ(isolated->parts.size(), 1u);
+  ASSERT_EQ(isolated->instances.size(), 1u);
+  const AssemblyInstance& instance = isolated->instances[0];
+  EXPECT_EQ(instance.name, "box");
+  EXPECT_TRUE(testing::IsWellFormedUtf8(instance.path));
+  std::string full_path = "box";
+  for (int level = 0; level < 6; ++level) full_path = absl::StrCat(name, "/", full_path);
+  EXPECT_EQ(instance.path, full_path.substr(0, 65535));
+  // The same result in this process and through the worker.
+  ExpectSameAssembly(*isolated, *local);
 }
 
 // as1-oc-214-mat.stp: 9 products and 13 occurrences expand to 5 parts and 18 instances (see

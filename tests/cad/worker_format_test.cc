@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,6 +26,7 @@
 #include "clash/cad/tessellate.h"
 #include "testing/random_geometry.h"
 #include "testing/status_matchers.h"
+#include "utf8.h"
 
 // LeakSanitizer: OCCT 7.6 never frees its one-time registrations; see tessellate_test.cc.
 extern "C" const char* __lsan_default_suppressions() { return "leak:/libTK\n"; }
@@ -33,12 +36,75 @@ namespace {
 
 using clash::testing::IsOk;
 using clash::testing::StatusIs;
+using testing::AccentedName;
 using testing::ExpectSameAssembly;
 using testing::ExpectSameMesh;
 using ::testing::HasSubstr;
+using testing::IsWellFormedUtf8;
 
 constexpr std::size_t kNoLimit = std::size_t{1} << 40;
 constexpr auto kInternal = absl::StatusCode::kInternal;
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8 (utf8.h).
+
+TEST(Utf8, WellFormedAgreesWithTheDecodingCheck) {
+  // Every sequence of up to 3 bytes drawn from the bytes where table 3-7 changes, and seeded
+  // random strings of lead and continuation bytes, against the test's own decoder.
+  constexpr std::array<unsigned char, 20> kEdges{0x00, 0x2f, 0x7f, 0x80, 0x8f, 0x90, 0x9f,
+                                                 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0,
+                                                 0xed, 0xef, 0xf0, 0xf4, 0xf5, 0xff};
+  std::vector<std::string> cases{""};
+  for (unsigned char a : kEdges) {
+    cases.push_back(std::string(1, static_cast<char>(a)));
+    for (unsigned char b : kEdges) {
+      cases.push_back({static_cast<char>(a), static_cast<char>(b)});
+      for (unsigned char c : kEdges) {
+        cases.push_back({static_cast<char>(a), static_cast<char>(b), static_cast<char>(c)});
+      }
+    }
+  }
+  std::mt19937 rng = clash::testing::SeededRng(20261125);
+  for (int i = 0; i < clash::testing::Trials(20000); ++i) {
+    std::string s(1 + rng() % 8, '\0');
+    for (char& c : s) c = static_cast<char>(kEdges[rng() % kEdges.size()]);
+    cases.push_back(s);
+  }
+  for (const std::string& s : cases) {
+    ASSERT_EQ(internal::IsValidUtf8(s), IsWellFormedUtf8(s)) << ::testing::PrintToString(s);
+    const std::string repaired = internal::ToValidUtf8(s);
+    ASSERT_TRUE(IsWellFormedUtf8(repaired)) << ::testing::PrintToString(s);
+    if (IsWellFormedUtf8(s)) {
+      ASSERT_EQ(repaired, s);
+    }
+    for (std::size_t n = 0; n <= s.size(); ++n) {
+      const std::string_view prefix = internal::Utf8Prefix(repaired, n);
+      ASSERT_LE(prefix.size(), n);
+      ASSERT_GE(prefix.size() + 3, std::min(n, repaired.size()));
+      ASSERT_TRUE(IsWellFormedUtf8(prefix)) << ::testing::PrintToString(repaired) << " " << n;
+    }
+  }
+}
+
+TEST(Utf8, RepairReplacesMaximalIllFormedSubsequences) {
+  // Unicode 15.0 section 3.9, "U+FFFD Substitution of Maximal Subparts".
+  const std::string r = "\xef\xbf\xbd";
+  EXPECT_EQ(internal::ToValidUtf8("nut\xff"), "nut" + r);
+  EXPECT_EQ(internal::ToValidUtf8("\xc3\xa9"), "\xc3\xa9");
+  EXPECT_EQ(internal::ToValidUtf8("a\xe2\x80z"), "a" + r + "z");        // a cut 3-byte character
+  EXPECT_EQ(internal::ToValidUtf8("\xed\xa0\x80"), r + r + r);          // a surrogate: 3 subparts
+  EXPECT_EQ(internal::ToValidUtf8("\xc0\xaf"), r + r);                  // an overlong '/'
+  EXPECT_EQ(internal::ToValidUtf8("\xf4\x90\x80\x80"), r + r + r + r);  // past U+10FFFF
+  EXPECT_EQ(internal::ToValidUtf8("\xf0\x9f\x98"), r);                  // a cut 4-byte character
+}
+
+TEST(Utf8, PrefixNeverEndsInsideACharacter) {
+  const std::string s = "a\xc3\xa9\xe2\x80\x94\xf0\x9f\x98\x80";  // a, e acute, em dash, emoji
+  const std::array<std::size_t, 11> expected{0, 1, 1, 3, 3, 3, 6, 6, 6, 6, 10};
+  for (std::size_t n = 0; n < expected.size(); ++n) {
+    EXPECT_EQ(internal::Utf8Prefix(s, n), s.substr(0, expected[n])) << n;
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Mesh files ("CLSHMSH1").
@@ -231,6 +297,7 @@ void ExpectParsedInvariants(const ImportedAssembly& assembly) {
   ASSERT_LE(assembly.instances.size(), kMaxAssemblyInstances);
   for (const AssemblyPart& part : assembly.parts) {
     ASSERT_LE(part.name.size(), internal::kMaxWorkerStringBytes);
+    ASSERT_TRUE(IsWellFormedUtf8(part.name));
     ExpectParsedInvariants(part.mesh);
   }
   for (const AssemblyInstance& instance : assembly.instances) {
@@ -238,6 +305,8 @@ void ExpectParsedInvariants(const ImportedAssembly& assembly) {
     ASSERT_LT(static_cast<std::size_t>(instance.part), assembly.parts.size());
     ASSERT_TRUE(internal::IsValidPlacement(instance.placement));
     ASSERT_LE(instance.path.size(), internal::kMaxWorkerStringBytes);
+    ASSERT_TRUE(IsWellFormedUtf8(instance.path));
+    ASSERT_TRUE(IsWellFormedUtf8(instance.name));
     if (instance.color_rgb.has_value()) {
       for (float c : *instance.color_rgb) {
         ASSERT_GE(c, 0.0f);
@@ -298,6 +367,67 @@ TEST(WorkerAssemblyFormat, LongNamesAreCutWhenEncoding) {
   ASSERT_THAT(parsed, IsOk());
   EXPECT_EQ(parsed->parts[0].name, std::string(internal::kMaxWorkerStringBytes, 'n'));
   EXPECT_EQ(parsed->instances[2].path, std::string(internal::kMaxWorkerStringBytes, 'p'));
+}
+
+TEST(WorkerAssemblyFormat, LongNamesAreCutOnACharacterBoundary) {
+  // "a" + 40000 x "e acute" is 80001 bytes: the limit (65536) falls inside a character.
+  const std::string name = AccentedName(40000);
+  static_assert(internal::kMaxWorkerStringBytes == 65536);
+  ImportedAssembly assembly = SmallAssembly();
+  assembly.parts[0].name = name;
+  assembly.instances[0].name = name;
+  assembly.instances[0].path = "top/" + name;
+  const std::string bytes = internal::EncodeWorkerOutput<ImportedAssembly>(assembly);
+  EXPECT_EQ(bytes.size(), internal::EncodedSize(assembly));
+  const absl::StatusOr<ImportedAssembly> parsed = ParseAssembly(bytes);
+  ASSERT_THAT(parsed, IsOk());
+  ExpectParsedInvariants(*parsed);
+  // Cut before the character that straddles the limit, never inside it.
+  EXPECT_EQ(parsed->parts[0].name, name.substr(0, 65535));
+  EXPECT_EQ(parsed->instances[0].name, name.substr(0, 65535));
+  EXPECT_EQ(parsed->instances[0].path, ("top/" + name).substr(0, 65535));
+  for (const std::string* s :
+       {&parsed->parts[0].name, &parsed->instances[0].name, &parsed->instances[0].path}) {
+    EXPECT_TRUE(IsWellFormedUtf8(*s));
+  }
+}
+
+TEST(WorkerAssemblyFormat, RefusesStringsThatAreNotUtf8) {
+  // A stray byte, a lone continuation byte, a cut character, an overlong '/', a surrogate
+  // (U+D800) and a code point above U+10FFFF: protobuf refuses each in a string field.
+  for (const char* const bad :
+       {"\xff", "nut\x80", "nut\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
+    SCOPED_TRACE(::testing::PrintToString(bad));
+    ImportedAssembly part_name = SmallAssembly();
+    part_name.parts[1].name = bad;
+    EXPECT_THAT(ParseAssembly(internal::EncodeWorkerOutput<ImportedAssembly>(part_name)),
+                StatusIs(kInternal, "part name is not valid UTF-8"));
+    ImportedAssembly path = SmallAssembly();
+    path.instances[2].path = std::string("top/") + bad;
+    EXPECT_THAT(ParseAssembly(internal::EncodeWorkerOutput<ImportedAssembly>(path)),
+                StatusIs(kInternal, "instance path is not valid UTF-8"));
+    ImportedAssembly name = SmallAssembly();
+    name.instances[1].name = bad;
+    EXPECT_THAT(ParseAssembly(internal::EncodeWorkerOutput<ImportedAssembly>(name)),
+                StatusIs(kInternal, "instance name is not valid UTF-8"));
+  }
+}
+
+TEST(WorkerAssemblyFormat, ErrorMessagesAreValidUtf8) {
+  // The writer replaces what is not UTF-8 with U+FFFD and cuts long messages on a character
+  // boundary; the parser refuses a message that is not UTF-8.
+  const absl::StatusOr<ImportedAssembly> repaired = ParseAssembly(
+      internal::EncodeWorkerOutput<ImportedAssembly>(absl::InvalidArgumentError("bad \xff name")));
+  EXPECT_THAT(repaired, StatusIs(absl::StatusCode::kInvalidArgument, "bad \xef\xbf\xbd name"));
+  const std::string long_message = AccentedName(40000);
+  const absl::StatusOr<ImportedAssembly> cut = ParseAssembly(
+      internal::EncodeWorkerOutput<ImportedAssembly>(absl::InvalidArgumentError(long_message)));
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cut.status().message(), long_message.substr(0, internal::kMaxWorkerMessageBytes - 1));
+  std::string bytes =
+      internal::EncodeWorkerOutput<ImportedAssembly>(absl::InvalidArgumentError("bad name"));
+  bytes[bytes.find("name")] = '\xff';
+  EXPECT_THAT(ParseAssembly(bytes), StatusIs(kInternal, "error message is not valid UTF-8"));
 }
 
 TEST(WorkerAssemblyFormat, RefusesMoreInstancesThanTheCap) {

@@ -55,6 +55,7 @@
 #include "clash/cad/assembly.h"
 #include "clash/cad/tessellate.h"
 #include "occt_common.h"
+#include "utf8.h"
 #include "worker_format.h"
 
 namespace clash::cad {
@@ -135,12 +136,20 @@ absl::StatusOr<TransferReport> TransferInto(CafReader& reader, BaseReader& base,
   return report;
 }
 
-// The label's TDataStd_Name as UTF-8, or "" when it has none.
+// The label's TDataStd_Name as well-formed UTF-8, or "" when it has none.
 std::string NameOf(const TDF_Label& label) {
   Handle(TDataStd_Name) name;
   if (label.IsNull() || !label.FindAttribute(TDataStd_Name::GetID(), name)) return "";
-  // With no replacement character, OCCT converts the extended string to UTF-8.
-  return TCollection_AsciiString(name->Get()).ToCString();
+  // With no replacement character, OCCT converts the extended (UTF-16) string to UTF-8. OCCT 7.6
+  // drops lone surrogates and reads raw non-UTF-8 bytes in a file as Latin-1, but nothing in its
+  // contract promises well-formed UTF-8, which protobuf requires of the names downstream: repair.
+  return internal::ToValidUtf8(TCollection_AsciiString(name->Get()).ToCString());
+}
+
+// `text` cut to what the worker's result can hold (kMaxWorkerStringBytes), on a character
+// boundary, so that ReadAssembly and the isolated import give the same names.
+std::string StoredName(const std::string& text) {
+  return std::string(internal::Utf8Prefix(text, internal::kMaxWorkerStringBytes));
 }
 
 // The name of an occurrence (component) label, or "" when it has none of its own. OCCT's STEP
@@ -265,8 +274,8 @@ class Walker {
                            " instances (the cap, kMaxAssemblyInstances) at ", path));
         }
         AssemblyInstance instance;
-        instance.path = path;
-        instance.name = names[i];
+        instance.path = StoredName(path);
+        instance.name = StoredName(names[i]);
         instance.part = parts[i];
         instance.placement = ToPlacement(world);
         if (!internal::IsValidPlacement(instance.placement)) {
@@ -366,7 +375,7 @@ class Walker {
                           absl::StrCat(mesh.status().message(), " (part \"", name, "\")"));
     }
     triangles_left_ -= mesh->triangles.size() / 3;
-    out_->parts.push_back(AssemblyPart{std::move(name), *std::move(mesh)});
+    out_->parts.push_back(AssemblyPart{StoredName(name), *std::move(mesh)});
     part_of_label_[key] = index;
     return index;
   }

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "clash/cad/durable_file.h"
+#include "utf8.h"
 
 namespace clash::cad::internal {
 namespace {
@@ -95,10 +96,8 @@ std::size_t MeshBytes(const MeshBuffers& mesh) {
          (mesh.triangles.size() / 3) * kBytesPerTriangle;
 }
 
-// A name as stored: cut to kMaxWorkerStringBytes.
-std::string_view Stored(const std::string& s) {
-  return std::string_view(s).substr(0, kMaxWorkerStringBytes);
-}
+// A name as stored: cut to kMaxWorkerStringBytes on a character boundary.
+std::string_view Stored(const std::string& s) { return Utf8Prefix(s, kMaxWorkerStringBytes); }
 
 std::size_t StringBytes(const std::string& s) { return 4 + Stored(s).size(); }
 
@@ -153,9 +152,10 @@ void Encode(const absl::StatusOr<T>& result, ByteWriter& out) {
   out.Bytes(kMagic<T>);
   out.U32(kWorkerOutputVersion);
   if (!result.ok()) {
+    // Messages quote names and OCCT's own text: repair them, then cut on a character boundary.
     const absl::string_view full = result.status().message();
-    const std::string_view message =
-        std::string_view(full.data(), full.size()).substr(0, kMaxWorkerMessageBytes);
+    const std::string valid = ToValidUtf8(std::string_view(full.data(), full.size()));
+    const std::string_view message = Utf8Prefix(valid, kMaxWorkerMessageBytes);
     out.U32(kKindError);
     out.U32(static_cast<uint32_t>(result.status().code()));
     out.U32(static_cast<uint32_t>(message.size()));
@@ -245,6 +245,7 @@ absl::Status ParseError(ByteReader& in) {
   if (in.remaining() != length) return Malformed("error record size does not match the file");
   std::string_view message;
   if (!in.Bytes(length, &message)) return Malformed("truncated error message");
+  if (!IsValidUtf8(message)) return Malformed("error message is not valid UTF-8");
   return absl::Status(static_cast<absl::StatusCode>(code),
                       absl::string_view(message.data(), message.size()));
 }
@@ -318,6 +319,7 @@ absl::Status ParseString(ByteReader& in, const char* what, std::string* out) {
   }
   std::string_view bytes;
   if (!in.Bytes(length, &bytes)) return Malformed(absl::StrCat("truncated ", what));
+  if (!IsValidUtf8(bytes)) return Malformed(absl::StrCat(what, " is not valid UTF-8"));
   out->assign(bytes);
   return absl::OkStatus();
 }

@@ -5,6 +5,8 @@
 //   8 bytes magic: "CLSHMSH1" (the payload is one mesh) or "CLSHASM1" (an assembly)
 //   u32 version (1), u32 kind (0 = payload, 1 = error)
 //   error:    u32 absl::StatusCode, u32 message length (<= kMaxWorkerMessageBytes), message bytes
+//             (UTF-8: the writer replaces ill-formed bytes with U+FFFD and cuts on a character
+//             boundary)
 //   mesh:     <mesh>
 //   assembly: i32 roots_total, roots_transferred, load_failures, load_warnings, empty_parts;
 //             u32 part count P; u32 instance count I (<= kMaxAssemblyInstances);
@@ -15,8 +17,8 @@
 //   <mesh>:   i32 faces_total, faces_meshed, faces_reversed, roots_total, roots_transferred,
 //             load_failures, load_warnings; f64 deflection_mm; u64 vertex count V; u64 triangle
 //             count T; f64 xyz[3V]; u32 triangles[3T]; u32 face_ids[T]
-//   <string>: u32 length (<= kMaxWorkerStringBytes; longer names are cut when encoding), bytes
-//             (not required to be UTF-8)
+//   <string>: u32 length (<= kMaxWorkerStringBytes; longer names are cut on a character boundary
+//             when encoding), bytes: well-formed UTF-8 (utf8.h), or the file is refused
 // The file, and each part's <mesh>, must end right after its last field. The reader treats the
 // file as untrusted: every count is checked against the bytes left before anything is allocated.
 #ifndef CLASH_CAD_SRC_WORKER_FORMAT_H_
@@ -81,8 +83,9 @@ template <typename T>
 /// UNKNOWN), or INTERNAL "malformed worker output: ..." when `bytes` breaks any rule of the
 /// format: magic (of the kind T), version, kind, sizes (against bytes.size() and max_bytes),
 /// consistent counts, finite coordinates within kMaxAbsCoordinateMm, indices below the vertex
-/// count, face ids below faces_total, string lengths, at most kMaxAssemblyInstances instances,
-/// part indices below the part count, valid placements (IsValidPlacement), colours in [0, 1].
+/// count, face ids below faces_total, string lengths, strings (names, paths, the error message)
+/// that are well-formed UTF-8, at most kMaxAssemblyInstances instances, part indices below the
+/// part count, valid placements (IsValidPlacement), colours in [0, 1].
 template <typename T = MeshBuffers>
 [[nodiscard]] absl::StatusOr<T> ParseWorkerOutput(std::string_view bytes, std::size_t max_bytes);
 
