@@ -53,6 +53,7 @@ using testing::CheckGeneratedAssembly;
 using testing::ExpectBoxNear;
 using ::testing::HasSubstr;
 using testing::IsWellFormedUtf8;
+using testing::Paths;
 using testing::QuietOcct;
 using testing::WorldBox;
 using testing::WriteAssemblyStep;
@@ -192,6 +193,50 @@ TEST_F(AssemblyTest, InstanceCapIsExact) {
   WriteSharedTreeStep(over_cap, fan_outs, /*extra_boxes=*/1);
   EXPECT_THAT(ReadAssembly(over_cap, {}),
               StatusIs(absl::StatusCode::kResourceExhausted, "100001 instances"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unique paths.
+
+TEST_F(AssemblyTest, SiblingPathsAreUniqueAfterSanitisingAndCutting) {
+  // Siblings whose names collide only once made into path segments: "nut" twice beside "nut:1"
+  // (the numbering of the repeated name must skip it), "x/y" beside "x_y" ('/' becomes '_'), and
+  // two names that differ only past the first kMaxPathSegmentBytes bytes.
+  const std::string long_name = testing::AccentedName(600);  // 1201 bytes
+  const std::vector<std::string> names{"nut", "nut",           "nut:1",        "x/y",
+                                       "x_y", long_name + "1", long_name + "2"};
+  const fs::path path = dir_ / "siblings.step";
+  testing::WriteXcafStep(path, [&](const Handle(XCAFDoc_ShapeTool) & shapes,
+                                   const Handle(XCAFDoc_ColorTool) &
+                                   /*colors*/) {
+    const TDF_Label top = shapes->NewShape();
+    TDataStd_Name::Set(top, "top");
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      // A distinct part per sibling, each named in the file.
+      const double size = 1.0 + static_cast<double>(i);
+      const TDF_Label part = shapes->AddShape(BRepPrimAPI_MakeBox(size, size, size).Shape(), false);
+      TDataStd_Name::Set(part, TCollection_ExtendedString(names[i].c_str(), true));
+      shapes->AddComponent(
+          top, part, TopLoc_Location(testing::Translation({10.0 * static_cast<double>(i), 0, 0})));
+    }
+  });
+  const absl::StatusOr<ImportedAssembly> assembly = ReadAssembly(path, {});
+  ASSERT_THAT(assembly, IsOk());
+  ASSERT_EQ(assembly->instances.size(), names.size());
+  std::set<std::string> paths;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const AssemblyInstance& instance = assembly->instances[i];
+    EXPECT_EQ(instance.name, names[i]);
+    EXPECT_TRUE(paths.insert(instance.path).second) << "repeated path " << instance.path;
+  }
+  // The long names' segments are cut on a character boundary ("a" and 479 "e acute") and then
+  // numbered like any repeated name.
+  const std::string cut = long_name.substr(0, 959);
+  static_assert(kMaxPathSegmentBytes == 960);
+  EXPECT_THAT(Paths(*assembly),
+              ::testing::ElementsAre("top/nut:2", "top/nut:3", "top/nut:1", "top/x_y:1",
+                                     "top/x_y:2", "top/" + cut + ":1", "top/" + cut + ":2"));
+  // The generated assembly and the real one keep their paths (checked by their own tests).
 }
 
 // ---------------------------------------------------------------------------------------------

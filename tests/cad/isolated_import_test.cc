@@ -421,9 +421,10 @@ TEST_F(IsolatedImportTest, InstanceCapReachesTheCaller) {
 }
 
 TEST_F(IsolatedImportTest, LongNonAsciiNamesStayValidUtf8) {
-  // Six nested assemblies named "a" + 6000 x "e acute" (12001 bytes each in UTF-8) above a box:
-  // the instance's path is 72011 bytes, and 65536 bytes fall inside a character of the sixth
-  // name. (OCCT 7.6 cannot read back a STEP string of 24 KB.)
+  // Six nested assemblies named "a" + 6000 x "e acute" (12001 bytes each in UTF-8) above a box.
+  // Whole, the path would be 72011 bytes, and 65536 bytes fall inside a character of the sixth
+  // name; each segment is cut to kMaxPathSegmentBytes (960), inside a character too, so the cut
+  // must back up to "a" + 479 x "e acute". (OCCT 7.6 cannot read back a STEP string of 24 KB.)
   const std::string name = testing::AccentedName(6000);
   const TCollection_ExtendedString occt_name(name.c_str(), true);
   const fs::path path = data_ / "long_names.step";
@@ -448,9 +449,11 @@ TEST_F(IsolatedImportTest, LongNonAsciiNamesStayValidUtf8) {
   const AssemblyInstance& instance = isolated->instances[0];
   EXPECT_EQ(instance.name, "box");
   EXPECT_TRUE(testing::IsWellFormedUtf8(instance.path));
-  std::string full_path = "box";
-  for (int level = 0; level < 6; ++level) full_path = absl::StrCat(name, "/", full_path);
-  EXPECT_EQ(instance.path, full_path.substr(0, 65535));
+  std::string expected_path = "box";
+  for (int level = 0; level < 6; ++level) {
+    expected_path = absl::StrCat(name.substr(0, 959), "/", expected_path);
+  }
+  EXPECT_EQ(instance.path, expected_path);
   // The same result in this process and through the worker.
   ExpectSameAssembly(*isolated, *local);
 }

@@ -45,6 +45,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -193,6 +194,43 @@ struct Node {
   TopLoc_Location location;  // occurrence location composed with the definition shape's own
 };
 
+// Longest path segment: a name cut to kMaxPathSegmentBytes, then ":" and an int suffix.
+constexpr std::size_t kMaxSegmentWithSuffixBytes = kMaxPathSegmentBytes + 1 + 10;
+// A path has at most kMaxDepth + 1 segments, so no path is cut when stored.
+static_assert((kMaxDepth + 1) * (kMaxSegmentWithSuffixBytes + 1) <=
+              internal::kMaxWorkerStringBytes);
+
+// The path segments of siblings named `names`, distinct from each other: each name with '/' made
+// '_' and cut to kMaxPathSegmentBytes on a character boundary; a segment shared by several
+// siblings gets ":<n>" on each (1-based, in order), skipping any n that gives a segment another
+// sibling already has (siblings "nut", "nut", "nut:1" give "nut:2", "nut:3", "nut:1").
+std::vector<std::string> UniqueSegments(const std::vector<std::string>& names) {
+  std::vector<std::string> segments;
+  segments.reserve(names.size());
+  std::map<std::string, int> repeats;
+  for (const std::string& name : names) {
+    std::string segment(internal::Utf8Prefix(name, kMaxPathSegmentBytes));
+    std::replace(segment.begin(), segment.end(), '/', '_');
+    ++repeats[segment];
+    segments.push_back(std::move(segment));
+  }
+  std::set<std::string> used;
+  for (const std::string& segment : segments) {
+    if (repeats[segment] == 1) used.insert(segment);
+  }
+  std::map<std::string, int> last_suffix;
+  for (std::string& segment : segments) {
+    if (repeats[segment] == 1) continue;
+    int& suffix = last_suffix[segment];
+    std::string numbered;
+    do {
+      numbered = absl::StrCat(segment, ":", ++suffix);
+    } while (!used.insert(numbered).second);
+    segment = std::move(numbered);
+  }
+  return segments;
+}
+
 // Walks the XCAF tree and fills an ImportedAssembly.
 class Walker {
  public:
@@ -226,7 +264,7 @@ class Walker {
       return absl::InvalidArgumentError(
           absl::StrCat("assemble: assembly nesting deeper than ", kMaxDepth, " at ", parent_path));
     }
-    // Names first, so that repeated sibling names can be numbered.
+    // Names first, so that sibling path segments can be made unique.
     std::vector<std::string> names;
     std::vector<int> parts;
     names.reserve(nodes.size());
@@ -248,16 +286,12 @@ class Walker {
       }
       names.push_back(std::move(name));
     }
-    std::map<std::string, int> repeats;
-    for (const std::string& name : names) ++repeats[name];
-    std::map<std::string, int> seen;
+    const std::vector<std::string> segments = UniqueSegments(names);
 
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       const Node& node = nodes[i];
       if (!shapes_->IsAssembly(node.definition) && parts[i] < 0) continue;  // no geometry
-      std::string segment = names[i];
-      std::replace(segment.begin(), segment.end(), '/', '_');
-      if (repeats[names[i]] > 1) absl::StrAppend(&segment, ":", ++seen[names[i]]);
+      const std::string& segment = segments[i];
       const std::string path =
           parent_path.empty() ? segment : absl::StrCat(parent_path, "/", segment);
       gp_Trsf world = parent;
@@ -274,7 +308,7 @@ class Walker {
                            " instances (the cap, kMaxAssemblyInstances) at ", path));
         }
         AssemblyInstance instance;
-        instance.path = StoredName(path);
+        instance.path = path;  // within kMaxWorkerStringBytes (see kMaxSegmentWithSuffixBytes)
         instance.name = StoredName(names[i]);
         instance.part = parts[i];
         instance.placement = ToPlacement(world);

@@ -25,6 +25,10 @@ namespace clash::cad {
 /// count and this cap; the worker result parser refuses a larger instance count.
 inline constexpr std::size_t kMaxAssemblyInstances = 100'000;
 
+/// Longest name, in bytes, kept in an instance path segment; a longer one is cut on a character
+/// boundary (before its ":<n>" suffix), so that no path exceeds what the worker's result holds.
+inline constexpr std::size_t kMaxPathSegmentBytes = 960;
+
 /// Rigid placement mapping a part's frame into the assembly (world) frame: world = R * p + t.
 struct Placement {
   /// Row-major 3x3 matrix R (a rotation; it carries the scale if the file has one).
@@ -43,8 +47,10 @@ struct AssemblyPart {
 
 /// One placed occurrence of a part in the assembly tree.
 struct AssemblyInstance {
-  /// Names from the root down, '/'-separated; a name repeated among siblings gets ":<n>" (1-based)
-  /// on each occurrence, and '/' inside a name becomes '_', e.g. "as1/nut-bolt-assembly:2/bolt".
+  /// Names from the root down, '/'-separated, unique among the instances, e.g.
+  /// "as1/nut-bolt-assembly:2/bolt". A segment is the name with '/' made '_', cut to
+  /// kMaxPathSegmentBytes; a segment shared by siblings gets ":<n>" on each occurrence (1-based, in
+  /// file order, skipping any n that gives another sibling's segment).
   std::string path;
   /// This occurrence's name: the instance's own name, else its part's name.
   std::string name;
