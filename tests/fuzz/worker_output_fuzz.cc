@@ -4,10 +4,12 @@
 // kind of file (one mesh or an assembly), so both parsers are reached from one corpus.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "clash/cad/assembly.h"
 #include "clash/cad/tessellate.h"
+#include "utf8.h"
 #include "worker_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
@@ -18,6 +20,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     auto r =
         clash::cad::internal::ParseWorkerOutput<clash::cad::ImportedAssembly>(bytes, kMaxBytes);
     if (r.ok() && r->instances.size() > 0 && r->parts.empty()) __builtin_trap();
+    // A parsed assembly keeps the instance cap, and its strings are UTF-8 (protobuf needs it).
+    if (r.ok()) {
+      if (r->instances.size() > clash::cad::kMaxAssemblyInstances) __builtin_trap();
+      for (const auto& part : r->parts) {
+        if (!clash::cad::internal::IsValidUtf8(part.name)) __builtin_trap();
+      }
+      for (const auto& instance : r->instances) {
+        if (!clash::cad::internal::IsValidUtf8(instance.path) ||
+            !clash::cad::internal::IsValidUtf8(instance.name)) {
+          __builtin_trap();
+        }
+      }
+    } else if (!clash::cad::internal::IsValidUtf8(std::string(r.status().message()))) {
+      __builtin_trap();
+    }
   } else {
     auto r = clash::cad::internal::ParseWorkerOutput<clash::cad::MeshBuffers>(bytes, kMaxBytes);
     // A parsed mesh keeps the format's promises.
