@@ -171,6 +171,54 @@ class DockerCheck(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertNotEqual(r.returncode, 0)
 
+    def test_healthcheck_fails_while_imports_cannot_run(self):
+        # A server up but unable to import CAD (here: no worker) is unhealthy, and a --data-dir
+        # given to the container replaces the entrypoint's default instead of doubling it.
+        bin_dir = os.path.join(self.prefix, "bin")
+        data = os.path.join(self.tmp, "own-data")
+        env = dict(os.environ, CLASHD_DATA_DIR=os.path.join(self.tmp, "unused"))
+        log_path = os.path.join(self.tmp, "clashd-noworker.log")
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([os.path.join(bin_dir, "clashd-entrypoint"), "--listen",
+                                     "127.0.0.1:0", "--metrics-listen", "", "--data-dir", data,
+                                     "--worker", "/nonexistent/clash-cad-worker"], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            port = wait_for_port(proc, log_path, seconds=60)
+            with open(log_path, errors="replace") as f:
+                self.assertIsNotNone(port, "clashd logged no port:\n" + f.read())
+            env["CLASHD_HEALTH_ADDRESS"] = f"127.0.0.1:{port}"
+            r = subprocess.run([os.path.join(bin_dir, "clashd-healthcheck")], env=env,
+                               capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("NOT_SERVING", r.stdout + r.stderr)
+            self.assertTrue(os.path.isdir(os.path.join(data, "tenants")))
+            self.assertFalse(os.path.exists(os.path.join(self.tmp, "unused")))
+        finally:
+            proc.kill()
+            proc.wait()
+
+    def test_dockerignore_keeps_secrets_and_builds_out(self):
+        path = os.path.join(self.repo, ".dockerignore")
+        self.assertTrue(os.path.isfile(path), "no .dockerignore: COPY . takes everything")
+        with open(path) as f:
+            patterns = [l.strip() for l in f if l.strip() and not l.startswith("#")]
+        for needed in ("build*/", "docker/secrets/", ".git/", "**/clashd-data/"):
+            self.assertIn(needed, patterns)
+        # Nothing the build stage uses is ignored (patterns as Docker matches them, trailing /
+        # dropped; ** spans folders).
+        import fnmatch
+        kept = ["docker/build.sh", "docker/runtime-deps.sh", "docker/entrypoint.sh",
+                "docker/healthcheck.sh", ".ci/install-deps.sh", "CMakeLists.txt",
+                "client/report/package-lock.json"]
+        for f in kept:
+            for p in patterns:
+                p = p.rstrip("/")
+                hit = fnmatch.fnmatch(f, p) or (p.startswith("**/") and any(
+                    fnmatch.fnmatch("/".join(f.split("/")[i:]), p[3:])
+                    for i in range(len(f.split("/")))))
+                self.assertFalse(hit, f"{p} in .dockerignore drops {f}")
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
