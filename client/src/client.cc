@@ -139,13 +139,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     }
     credentials = grpc::SslCredentials(ssl);
   } else {
-    if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
+    if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
+        !options.tls_key_file.empty()) {
       return absl::InvalidArgumentError("TLS files given but TLS is off (set tls / --tls)");
     }
     if (!options.token.empty() && !IsLoopbackTarget(options.target)) {
       return absl::InvalidArgumentError(absl::StrCat("refusing to send a token in plaintext to ",
                                                      options.target, ": use TLS (--tls)"));
     }
+    // gRPC would send even a loopback call through $http_proxy/$grpc_proxy: a plaintext token
+    // must not leave this machine that way.
+    if (!options.token.empty()) args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
     credentials = grpc::InsecureChannelCredentials();
   }
   auto channel = grpc::CreateCustomChannel(options.target, credentials, args);

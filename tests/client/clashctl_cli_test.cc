@@ -626,6 +626,18 @@ TEST_F(ClashctlCli, SceneCommands) {
   EXPECT_EQ(Cli({"scene", "delete", "s42"}).out, "deleted scene s42\n");
 }
 
+// Whatever prints a name the server sends back, no control character reaches the terminal as
+// such; JSON escapes it (and is unchanged by the filter).
+TEST_F(ClashctlCli, NamesFromTheServerCannotDriveTheTerminal) {
+  const std::string name = "cell\x1b]0;pwned\x07\x1b[2J";
+  const Result created = Cli({"scene", "create", name});
+  EXPECT_EQ(created.code, kExitOk);
+  EXPECT_EQ(created.out, "created scene s42 (cell?]0;pwned??[2J)\n");
+  const Result json = Cli({"--json", "scene", "create", name});
+  EXPECT_EQ(nlohmann::json::parse(json.out)["name"], name);
+  EXPECT_EQ(json.out.find('\x1b'), std::string::npos);
+}
+
 TEST_F(ClashctlCli, DistancePickInfoAndHealth) {
   Result r = Cli({"distance", "s42", "--a", "1", "--b", "group:g", "--max-mm", "10"});
   EXPECT_EQ(r.code, kExitOk) << r.err;

@@ -1,12 +1,18 @@
 // clashctl's parsers and formatters (client/src/clashctl/args.h, format.h), without a server.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +20,7 @@
 #include "clashctl/args.h"
 #include "clashctl/format.h"
 #include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
 
 namespace clash::clashctl {
 namespace {
@@ -612,6 +619,68 @@ TEST(ProgressLine, PercentBarAndRate) {
 }
 
 // A token goes without TLS only to targets whose every address is on this machine.
+// Names and paths come from CAD files: an escape sequence or a line break in one reaches the
+// terminal neither through a table (where a line break would fake a row) nor through anything
+// else clashctl prints (its stdout and stderr filters).
+TEST(Terminal, ControlCharactersFromNamesNeverReachIt) {
+  Table t({"path", "class"});
+  t.AddRow({"bolt\x1b]52;c;ZWNobyBoaQ==\x07\nFAKE ROW", "HARD"});
+  const std::string table = t.Render();
+  EXPECT_EQ(table.find('\x1b'), std::string::npos);
+  EXPECT_EQ(table.find('\x07'), std::string::npos);
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 2);  // the header and one row
+  EXPECT_THAT(table, HasSubstr("bolt?]52;c;ZWNobyBoaQ==??FAKE ROW"));
+
+  std::ostringstream sink;
+  ControlFilter filter(sink, "\n\t");
+  std::ostream out(&filter);
+  out << "scene \x1b[2J(name)\r\x7f\tok\n" << '\x1b' << 'x' << std::flush;
+  EXPECT_EQ(sink.str(), "scene ?[2J(name)??\tok\n?x");
+}
+
+// A plaintext token to a loopback server never goes through a proxy from the environment (gRPC
+// would send the call, token and all, to $http_proxy, loopback target or not).
+TEST(Client, APlaintextTokenNeverGoesThroughAProxy) {
+  const int proxy = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ASSERT_GE(proxy, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(proxy, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(proxy, 4), 0);
+  ASSERT_EQ(getsockname(proxy, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string proxy_url = absl::StrCat("http://127.0.0.1:", ntohs(addr.sin_port));
+  testing::ScopedEnv http_proxy("http_proxy", proxy_url);
+  testing::ScopedEnv grpc_proxy("grpc_proxy", proxy_url);
+  testing::ScopedEnv no_proxy("no_proxy", "");
+  client::ClientOptions options;
+  options.target = "127.0.0.1:1";  // nothing listens: the call fails either way
+  options.token = "secret";
+  options.health_timeout = std::chrono::milliseconds(500);
+  auto client = client::Client::Connect(options);
+  ASSERT_THAT(client.status(), IsOk());
+  EXPECT_FALSE((*client)->CheckHealth().ok());
+  const int accepted = accept(proxy, nullptr, nullptr);
+  EXPECT_LT(accepted, 0) << "the call went to the proxy";
+  if (accepted >= 0) close(accepted);
+  close(proxy);
+}
+
+// A TLS file given while TLS is off is refused, the client key alone too (before, a lone
+// --tls-key quietly meant plaintext).
+TEST(Client, TlsFilesWithoutTlsAreRefused) {
+  for (const auto& set :
+       {&client::ClientOptions::tls_ca_file, &client::ClientOptions::tls_cert_file,
+        &client::ClientOptions::tls_key_file}) {
+    client::ClientOptions options;
+    options.target = "127.0.0.1:1";
+    options.*set = "file.pem";
+    EXPECT_THAT(client::Client::Connect(options).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, "TLS is off"));
+  }
+}
+
 TEST(IsLoopbackTarget, OnlyAddressesOnThisMachine) {
   for (const char* target :
        {"localhost:50051", "localhost", "127.0.0.1:50051", "127.1.2.3:7", "[::1]:50051", "[::1]",

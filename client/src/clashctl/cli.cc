@@ -788,7 +788,13 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
                  "file whose first line is the bearer token ($CLASH_TOKEN wins; "
                  "$CLASH_TOKEN_FILE is the default file)");
 
-  Session session(globals, out, err, terminal);
+  // Everything printed goes through filters: names and paths from CAD files may hold terminal
+  // escape sequences (stderr keeps '\r' for its progress lines).
+  ControlFilter out_filter(out, "\n\t");
+  ControlFilter err_filter(err, "\n\t\r");
+  std::ostream safe_out(&out_filter);
+  std::ostream safe_err(&err_filter);
+  Session session(globals, safe_out, safe_err, terminal);
   std::function<int()> action;
   const auto on_run = [&action](CLI::App* cmd, std::function<int()> run) {
     cmd->callback([&action, run = std::move(run)] { action = run; });

@@ -142,10 +142,41 @@ nlohmann::ordered_json ToJsonValue(const google::protobuf::Message& message) {
   return nlohmann::ordered_json::parse(ToJson(message));
 }
 
+namespace {
+bool IsControl(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u < 0x20 || u == 0x7f;
+}
+}  // namespace
+
+std::string WithoutControls(std::string_view text, std::string_view keep) {
+  std::string out(text);
+  for (char& c : out) {
+    if (IsControl(c) && keep.find(c) == std::string_view::npos) c = '?';
+  }
+  return out;
+}
+
+int ControlFilter::overflow(int c) {
+  if (c == traits_type::eof()) return traits_type::not_eof(c);
+  char ch = traits_type::to_char_type(c);
+  if (IsControl(ch) && keep_.find(ch) == std::string::npos) ch = '?';
+  return target_->sputc(ch) == traits_type::eof() ? traits_type::eof() : c;
+}
+
+std::streamsize ControlFilter::xsputn(const char* s, std::streamsize n) {
+  const std::string clean =
+      WithoutControls(std::string_view(s, static_cast<std::size_t>(n)), keep_);
+  return target_->sputn(clean.data(), n);
+}
+
 Table::Table(std::vector<std::string> headers, std::string align)
     : headers_(std::move(headers)), align_(std::move(align)) {}
 
-void Table::AddRow(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+void Table::AddRow(std::vector<std::string> cells) {
+  for (std::string& cell : cells) cell = WithoutControls(cell);
+  rows_.push_back(std::move(cells));
+}
 
 std::string Table::Render() const {
   std::vector<std::size_t> widths(headers_.size(), 0);

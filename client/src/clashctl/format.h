@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
+#include <streambuf>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,8 +46,33 @@ enum ExitCode : int {
 /// The same, as a value to put into a larger JSON document.
 [[nodiscard]] nlohmann::ordered_json ToJsonValue(const google::protobuf::Message& message);
 
+/// `text` with every control character (bytes below 0x20, and 0x7f) replaced by '?', except
+/// those in `keep` (e.g. "\n"): names and paths come from CAD files, and an escape sequence or a
+/// line break in one must not reach a terminal as such.
+[[nodiscard]] std::string WithoutControls(std::string_view text, std::string_view keep = "");
+
+/// A stream buffer that forwards to `target`, replacing control characters as WithoutControls
+/// does (keeping those in `keep`). clashctl's stdout and stderr go through one, so no server
+/// answer can send a terminal escape sequence, whatever prints it; JSON and XML escape their
+/// control characters, so their output is unchanged.
+class ControlFilter : public std::streambuf {
+ public:
+  ControlFilter(std::ostream& target, std::string keep)
+      : target_(target.rdbuf()), keep_(std::move(keep)) {}
+
+ protected:
+  int overflow(int c) override;
+  std::streamsize xsputn(const char* s, std::streamsize n) override;
+  int sync() override { return target_->pubsync(); }
+
+ private:
+  std::streambuf* target_;
+  std::string keep_;
+};
+
 /// A text table: columns padded to their widest cell (counted in UTF-8 code points) and
-/// separated by two spaces; columns whose alignment letter is 'r' are right-aligned.
+/// separated by two spaces; columns whose alignment letter is 'r' are right-aligned. Cells are
+/// shown without control characters (a line break in a name would fake a row).
 class Table {
  public:
   /// `headers` empty: no header line. `align` holds 'l' or 'r' per column ('l' if short).
