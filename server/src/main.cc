@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   app.set_config("--config", "", "Read settings from a TOML or INI file (keys = long flag names)");
   app.add_option("--listen", config.listen, "gRPC address (host:port)")->capture_default_str();
   app.add_option("--data-dir", config.data_dir, "Folder for parts, scenes and the import cache")
+      ->envname("CLASHD_DATA_DIR")
       ->capture_default_str();
   app.add_option("--metrics-listen", config.metrics_listen,
                  "Prometheus /metrics HTTP address; empty disables")
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--shutdown-grace-seconds", config.shutdown_grace_seconds,
                  "On SIGTERM: time in-flight calls get before they are cancelled")
+      ->envname("CLASHD_SHUTDOWN_GRACE_SECONDS")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--tls-cert", config.tls_cert_file, "TLS certificate chain (PEM)")

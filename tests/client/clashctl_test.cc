@@ -618,7 +618,6 @@ TEST(ProgressLine, PercentBarAndRate) {
   EXPECT_THAT(ProgressLine(0, 0, 0), HasSubstr("100%"));
 }
 
-// A token goes without TLS only to targets whose every address is on this machine.
 // Names and paths come from CAD files: an escape sequence or a line break in one reaches the
 // terminal neither through a table (where a line break would fake a row) nor through anything
 // else clashctl prints (its stdout and stderr filters).
@@ -636,6 +635,14 @@ TEST(Terminal, ControlCharactersFromNamesNeverReachIt) {
   std::ostream out(&filter);
   out << "scene \x1b[2J(name)\r\x7f\tok\n" << '\x1b' << 'x' << std::flush;
   EXPECT_EQ(sink.str(), "scene ?[2J(name)??\tok\n?x");
+  // C1 controls as UTF-8 (CSI is C2 9B), also split between two writes; other characters whole.
+  out << "\xc2\x9b"
+         "31m \xc2"
+      << '\x9d' << "0;t \xc3\xa9\xc2\xa0\xc2" << std::flush;
+  EXPECT_EQ(sink.str().substr(sink.str().find("?x") + 2), "?31m ?0;t \xc3\xa9\xc2\xa0\xc2");
+  EXPECT_EQ(WithoutControls("a\xc2\x85"
+                            "b\xc2\xa9"),
+            "a?b\xc2\xa9");
 }
 
 // A plaintext token to a loopback server never goes through a proxy from the environment (gRPC
@@ -654,6 +661,7 @@ TEST(Client, APlaintextTokenNeverGoesThroughAProxy) {
   testing::ScopedEnv http_proxy("http_proxy", proxy_url);
   testing::ScopedEnv grpc_proxy("grpc_proxy", proxy_url);
   testing::ScopedEnv no_proxy("no_proxy", "");
+  testing::ScopedEnv no_grpc_proxy("no_grpc_proxy", "");
   client::ClientOptions options;
   options.target = "127.0.0.1:1";  // nothing listens: the call fails either way
   options.token = "secret";
@@ -681,6 +689,7 @@ TEST(Client, TlsFilesWithoutTlsAreRefused) {
   }
 }
 
+// A token goes without TLS only to targets whose every address is on this machine.
 TEST(IsLoopbackTarget, OnlyAddressesOnThisMachine) {
   for (const char* target :
        {"localhost:50051", "localhost", "127.0.0.1:50051", "127.1.2.3:7", "[::1]:50051", "[::1]",

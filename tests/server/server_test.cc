@@ -481,7 +481,7 @@ TEST_F(ServerTest, AWorkerThatCannotRunIsTheServersFault) {
   Restart(config);
   auto health = grpc::health::v1::Health::NewStub(server_->grpc_server()->InProcessChannel({}));
   const auto part_service_becomes = [&](grpc::health::v1::HealthCheckResponse::ServingStatus want) {
-    for (int i = 0; i < 300; ++i) {  // up to 30 s; the pool retries a start every second
+    for (int i = 0; i < 600; ++i) {  // up to 60 s (sanitizers); the pool retries every second
       grpc::ClientContext ctx;
       grpc::health::v1::HealthCheckRequest req;
       req.set_service("clash.v1.PartService");

@@ -794,6 +794,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   ControlFilter err_filter(err, "\n\t\r");
   std::ostream safe_out(&out_filter);
   std::ostream safe_err(&err_filter);
+  safe_err.tie(&safe_out);  // as std::cerr is tied to std::cout: results before later messages
   Session session(globals, safe_out, safe_err, terminal);
   std::function<int()> action;
   const auto on_run = [&action](CLI::App* cmd, std::function<int()> run) {

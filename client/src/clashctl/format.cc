@@ -149,25 +149,61 @@ bool IsControl(char c) {
 }
 }  // namespace
 
+constexpr char kC1Lead = '\xc2';
+bool IsC1Second(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u >= 0x80 && u <= 0x9f;
+}
+
 std::string WithoutControls(std::string_view text, std::string_view keep) {
-  std::string out(text);
-  for (char& c : out) {
-    if (IsControl(c) && keep.find(c) == std::string_view::npos) c = '?';
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == kC1Lead && i + 1 < text.size() && IsC1Second(text[i + 1])) {
+      out += '?';
+      ++i;
+    } else {
+      out += IsControl(c) && keep.find(c) == std::string_view::npos ? '?' : c;
+    }
   }
   return out;
 }
 
+bool ControlFilter::Put(char c) {
+  if (pending_c2_) {
+    pending_c2_ = false;
+    if (IsC1Second(c)) return target_->sputc('?') != traits_type::eof();
+    if (target_->sputc(kC1Lead) == traits_type::eof()) return false;
+  }
+  if (c == kC1Lead) {
+    pending_c2_ = true;
+    return true;
+  }
+  if (IsControl(c) && keep_.find(c) == std::string::npos) c = '?';
+  return target_->sputc(c) != traits_type::eof();
+}
+
+void ControlFilter::FlushPending() {
+  if (pending_c2_) target_->sputc(kC1Lead);
+  pending_c2_ = false;
+}
+
 int ControlFilter::overflow(int c) {
   if (c == traits_type::eof()) return traits_type::not_eof(c);
-  char ch = traits_type::to_char_type(c);
-  if (IsControl(ch) && keep_.find(ch) == std::string::npos) ch = '?';
-  return target_->sputc(ch) == traits_type::eof() ? traits_type::eof() : c;
+  return Put(traits_type::to_char_type(c)) ? c : traits_type::eof();
 }
 
 std::streamsize ControlFilter::xsputn(const char* s, std::streamsize n) {
-  const std::string clean =
-      WithoutControls(std::string_view(s, static_cast<std::size_t>(n)), keep_);
-  return target_->sputn(clean.data(), n);
+  for (std::streamsize i = 0; i < n; ++i) {
+    if (!Put(s[i])) return i;
+  }
+  return n;
+}
+
+int ControlFilter::sync() {
+  FlushPending();
+  return target_->pubsync();
 }
 
 Table::Table(std::vector<std::string> headers, std::string align)

@@ -46,8 +46,9 @@ enum ExitCode : int {
 /// The same, as a value to put into a larger JSON document.
 [[nodiscard]] nlohmann::ordered_json ToJsonValue(const google::protobuf::Message& message);
 
-/// `text` with every control character (bytes below 0x20, and 0x7f) replaced by '?', except
-/// those in `keep` (e.g. "\n"): names and paths come from CAD files, and an escape sequence or a
+/// `text` with every control character (bytes below 0x20, 0x7f, and the C1 controls U+0080 to
+/// U+009F as UTF-8, which some terminals obey like ESC sequences) replaced by '?', except the C0
+/// ones in `keep` (e.g. "\n"): names and paths come from CAD files, and an escape sequence or a
 /// line break in one must not reach a terminal as such.
 [[nodiscard]] std::string WithoutControls(std::string_view text, std::string_view keep = "");
 
@@ -59,15 +60,23 @@ class ControlFilter : public std::streambuf {
  public:
   ControlFilter(std::ostream& target, std::string keep)
       : target_(target.rdbuf()), keep_(std::move(keep)) {}
+  ~ControlFilter() override { FlushPending(); }
+  ControlFilter(const ControlFilter&) = delete;
+  ControlFilter& operator=(const ControlFilter&) = delete;
 
  protected:
   int overflow(int c) override;
   std::streamsize xsputn(const char* s, std::streamsize n) override;
-  int sync() override { return target_->pubsync(); }
+  int sync() override;
 
  private:
+  // One byte in: a 0xC2 lead byte waits for the next one (C1 controls are C2 80 to C2 9F).
+  bool Put(char c);
+  void FlushPending();
+
   std::streambuf* target_;
   std::string keep_;
+  bool pending_c2_ = false;
 };
 
 /// A text table: columns padded to their widest cell (counted in UTF-8 code points) and

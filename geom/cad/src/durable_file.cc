@@ -88,8 +88,10 @@ void RemoveAbandonedTemporaries(const std::string& dir) {
 
 absl::StatusOr<std::string> ReadFileCapped(const std::string& path, std::size_t max_bytes) {
   // O_NONBLOCK: a FIFO planted where a file should be (by a hostile worker) must not block the
-  // open; it is refused as not a regular file below. Regular files ignore the flag.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // open; it is refused as not a regular file below. Regular files ignore the flag. Files read
+  // here are written by clashd itself or its workers, never as symbolic links: a link (to a
+  // device, a secret) is refused, and a terminal never becomes clashd's controlling one.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
     return absl::InternalError(absl::StrCat("cannot open ", path, ": ", Errno(errno)));

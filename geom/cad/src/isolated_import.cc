@@ -97,7 +97,7 @@ std::string SignalName(int signal) {
 // Reads at most `max_bytes` of a small file; empty when it cannot be read or is not a regular
 // file (the worker owns its folder: a FIFO there must not block the open, nor the read).
 std::string ReadSmallFile(const std::string& path, std::size_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
   if (fd < 0) return {};
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -413,7 +413,7 @@ struct WorkerPool::Impl {
       if (worker) {
         idle.push_back(*worker);
         failures_in_a_row = 0;
-      } else {
+      } else if (!stop_flag.load()) {  // a start-up cut short by the destructor is no failure
         ++failures;
         ++failures_in_a_row;
       }

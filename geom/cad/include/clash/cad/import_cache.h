@@ -18,7 +18,9 @@ namespace clash::cad {
 /// Version of the cached entry format and of the import pipeline. It is part of every key:
 /// bump it when tessellation output changes, and old entries are simply never hit again.
 /// Version 2: keys name the kind of import (mesh or assembly).
-inline constexpr int kImportCacheVersion = 2;
+/// Version 3: assemblies capped at kMaxAssemblyInstances, names valid UTF-8 cut on a character
+/// boundary, sibling path segments unique (entries of version 2 could hold duplicate paths).
+inline constexpr int kImportCacheVersion = 3;
 
 /// What an import produced, and so what its cache entry holds.
 enum class ImportKind {
