@@ -199,7 +199,6 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     };
     std::vector<Standing> standing;
     double max_deflection = 0;  // of everything standing: the bound of any mover's τ
-    absl::flat_hash_map<uint64_t, double> deflection_of;
     for (const auto& [id, rec] : scene.instances) {
       if (!rec.enabled) continue;
       auto it = step_of.find(id);
@@ -212,7 +211,6 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         standing.push_back({&rec, rec.X_WP});
       }
       max_deflection = std::max(max_deflection, rec.part->deflection_mm);
-      deflection_of[id] = rec.part->deflection_mm;
     }
 
     // τ of a moving instance against what stands (unless the request gives it): its deflection
@@ -229,7 +227,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       double near = 0;
       for (const geom::SweepObstacle& o : obstacles) {
         if (o.part->bounds().Transformed(o.X_WO).Distance(reach) <= 0) {
-          near = std::max(near, deflection_of.at(o.id));
+          near = std::max(near, scene.Find(o.id)->part->deflection_mm);
         }
       }
       return ContactTolerance(tol, m.part->deflection_mm + near, diagonal);
@@ -245,16 +243,14 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     std::optional<geom::Motion> first_motion;  // of movers[k].front(), for blocked_pose
     for (const InstanceRec* m : movers[k]) {
       result.add_moving_paths(m->path);
-      // The group moves as one rigid body: every mover rides on the first mover's motion. For a
-      // world-frame motion (linear, rotation, screw) that is the motion given from the mover's own
-      // installed pose; a keyframe path interpolates the first mover's pose, so the others are
-      // carried by it (interpolating each mover's own pose would shear the group mid-path).
+      // The group moves as one rigid body: every mover is carried by the first mover's motion
+      // (a keyframe path interpolates the first mover's pose; interpolating each mover's own
+      // pose would shear the group mid-path).
       CLASH_ASSIGN_OR_RETURN(
           geom::Motion motion,
-          first_motion && step.motion().has_path()
-              ? first_motion->Carrying(movers[k].front()->X_WP.Inverse() * m->X_WP)
-              : MotionToInstall(step.motion(), m->X_WP,
-                                absl::StrCat("step ", k + 1, " (", m->path, ")")));
+          first_motion ? first_motion->Carrying(movers[k].front()->X_WP.Inverse() * m->X_WP)
+                       : MotionToInstall(step.motion(), m->X_WP,
+                                         absl::StrCat("step ", k + 1, " (", m->path, ")")));
       if (!first_motion) first_motion = motion;
       std::vector<geom::SweepObstacle> obstacles;
       absl::flat_hash_map<uint64_t, const InstanceRec*> by_id;
@@ -323,8 +319,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
                                      r.blocking_classes[i] == geom::ClashClass::kContained
                                  ? v1::CONTAINED
                                  : v1::HARD);
-          ToProto(i < r.blocking_points_W.size() ? r.blocking_points_W[i] : r.p_contact_W,
-                  b->mutable_point_mm());
+          ToProto(r.blocking_points_W[i], b->mutable_point_mm());
           b->set_moving_path(m->path);
         }
       }

@@ -131,72 +131,60 @@ class DockerCheck(unittest.TestCase):
                             self.prefix], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
+    def start_entrypoint(self, args, env, log_name):
+        """clashd through the entrypoint on a port of its own choosing, which it logs
+        (tests/service/clashd_harness.py); sets env's CLASHD_HEALTH_ADDRESS to it. The process is
+        killed at the end of the test if it still runs."""
+        log_path = os.path.join(self.tmp, log_name)
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([os.path.join(self.prefix, "bin", "clashd-entrypoint"),
+                                     "--listen", "127.0.0.1:0", "--metrics-listen", ""] + args,
+                                    env=env, stdout=subprocess.DEVNULL, stderr=log)
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
+        port = wait_for_port(proc, log_path, seconds=60)
+        with open(log_path, errors="replace") as f:
+            self.assertIsNotNone(port, "clashd logged no port:\n" + f.read())
+        env["CLASHD_HEALTH_ADDRESS"] = f"127.0.0.1:{port}"
+        return proc
+
+    def healthcheck(self, env):
+        return subprocess.run([os.path.join(self.prefix, "bin", "clashd-healthcheck")], env=env,
+                              capture_output=True, text=True)
+
     def test_entrypoint_healthcheck_and_sigterm(self):
-        bin_dir = os.path.join(self.prefix, "bin")
         env = dict(os.environ, CLASHD_DATA_DIR=os.path.join(self.tmp, "data"),
                    CLASHD_SHUTDOWN_GRACE_SECONDS="5")
-        # clashd binds a port of its own choosing and logs it (tests/service/clashd_harness.py).
-        log_path = os.path.join(self.tmp, "clashd.log")
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen([os.path.join(bin_dir, "clashd-entrypoint"), "--listen",
-                                     "127.0.0.1:0", "--metrics-listen", ""], env=env,
-                                    stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            port = wait_for_port(proc, log_path, seconds=60)
-            with open(log_path, errors="replace") as f:
-                self.assertIsNotNone(port, "clashd logged no port:\n" + f.read())
-            env["CLASHD_HEALTH_ADDRESS"] = f"127.0.0.1:{port}"
-            healthy = False
-            deadline = time.time() + 60
-            while time.time() < deadline and proc.poll() is None:
-                r = subprocess.run([os.path.join(bin_dir, "clashd-healthcheck")], env=env,
-                                   capture_output=True, text=True)
-                if r.returncode == 0:
-                    healthy = "SERVING" in r.stdout
-                    break
-                time.sleep(0.3)
-            self.assertTrue(healthy, "the health check never saw SERVING")
-            self.assertTrue(os.path.isdir(os.path.join(self.tmp, "data", "tenants")))
-            start = time.time()
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=30)
-            self.assertEqual(code, 0)
-            self.assertLess(time.time() - start, 5 + 5)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        proc = self.start_entrypoint([], env, "clashd.log")
+        healthy = False
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            r = self.healthcheck(env)
+            if r.returncode == 0:
+                healthy = "SERVING" in r.stdout
+                break
+            time.sleep(0.3)
+        self.assertTrue(healthy, "the health check never saw SERVING")
+        self.assertTrue(os.path.isdir(os.path.join(self.tmp, "data", "tenants")))
+        start = time.time()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+        self.assertEqual(code, 0)
+        self.assertLess(time.time() - start, 5 + 5)
         # Stopped: the health check fails.
-        r = subprocess.run([os.path.join(bin_dir, "clashd-healthcheck")], env=env,
-                           capture_output=True, text=True)
-        self.assertNotEqual(r.returncode, 0)
+        self.assertNotEqual(self.healthcheck(env).returncode, 0)
 
     def test_healthcheck_fails_while_imports_cannot_run(self):
         # A server up but unable to import CAD (here: no worker) is unhealthy, and a --data-dir
         # given to the container replaces the entrypoint's default instead of doubling it.
-        bin_dir = os.path.join(self.prefix, "bin")
         data = os.path.join(self.tmp, "own-data")
         env = dict(os.environ, CLASHD_DATA_DIR=os.path.join(self.tmp, "unused"))
-        log_path = os.path.join(self.tmp, "clashd-noworker.log")
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen([os.path.join(bin_dir, "clashd-entrypoint"), "--listen",
-                                     "127.0.0.1:0", "--metrics-listen", "", "--data-dir", data,
-                                     "--worker", "/nonexistent/clash-cad-worker"], env=env,
-                                    stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            port = wait_for_port(proc, log_path, seconds=60)
-            with open(log_path, errors="replace") as f:
-                self.assertIsNotNone(port, "clashd logged no port:\n" + f.read())
-            env["CLASHD_HEALTH_ADDRESS"] = f"127.0.0.1:{port}"
-            r = subprocess.run([os.path.join(bin_dir, "clashd-healthcheck")], env=env,
-                               capture_output=True, text=True)
-            self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
-            self.assertIn("NOT_SERVING", r.stdout + r.stderr)
-            self.assertTrue(os.path.isdir(os.path.join(data, "tenants")))
-            self.assertFalse(os.path.exists(os.path.join(self.tmp, "unused")))
-        finally:
-            proc.kill()
-            proc.wait()
+        self.start_entrypoint(["--data-dir", data, "--worker", "/nonexistent/clash-cad-worker"],
+                              env, "clashd-noworker.log")
+        r = self.healthcheck(env)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("NOT_SERVING", r.stdout + r.stderr)
+        self.assertTrue(os.path.isdir(os.path.join(data, "tenants")))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "unused")))
 
     def test_dockerignore_keeps_secrets_and_builds_out(self):
         path = os.path.join(self.repo, ".dockerignore")

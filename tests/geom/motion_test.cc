@@ -27,6 +27,8 @@ using testing::Trials;
 using testing::Uniform;
 
 constexpr double kPi = std::numbers::pi;
+constexpr MotionKind kKinds[] = {MotionKind::kLinear, MotionKind::kRotation, MotionKind::kScrew,
+                                 MotionKind::kKeyframes};
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // Poses are products of a few rotations and translations of size <= 1e2: rounding ~1e-13.
 constexpr double kPoseTol = 1e-9;
@@ -161,11 +163,9 @@ TEST(Motion, MaxTravelBoundsSampledTravelAndIsNotLoose) {
   // translation and a rotation term that the true motion can cancel (a turn about a point far
   // from the part origin), so they are only checked to be bounds.
   constexpr double kMaxLooseness = 2.0;
-  const MotionKind kinds[] = {MotionKind::kLinear, MotionKind::kRotation, MotionKind::kScrew,
-                              MotionKind::kKeyframes};
   double worst_ratio[4] = {0, 0, 0, 0};
   for (int trial = 0; trial < trials; ++trial) {
-    const MotionKind kind = kinds[trial % 4];
+    const MotionKind kind = kKinds[trial % 4];
     Motion m = RandomMotion(rng, kind);
     // Every third motion carries its part for another (a member of a moving group).
     if (trial % 3 == 1) m = Ok(m.Carrying(RandomPose(rng, 30)));
@@ -208,7 +208,7 @@ TEST(Motion, MaxTravelBoundsSampledTravelAndIsNotLoose) {
     }
   }
   for (int k = 0; k < 4; ++k) {
-    ::testing::Test::RecordProperty(std::string("worst_ratio_") + MotionKindName(kinds[k]),
+    ::testing::Test::RecordProperty(std::string("worst_ratio_") + MotionKindName(kKinds[k]),
                                     std::to_string(worst_ratio[k]));
   }
 }
@@ -217,10 +217,8 @@ TEST(Motion, MaxTravelBoundsSampledTravelAndIsNotLoose) {
 // t, for every kind of motion, and a keyframe path still interpolates the carrier's own pose.
 TEST(Motion, ACarriedPartKeepsItsPoseRelativeToItsCarrier) {
   std::mt19937 rng = SeededRng(504);
-  const MotionKind kinds[] = {MotionKind::kLinear, MotionKind::kRotation, MotionKind::kScrew,
-                              MotionKind::kKeyframes};
   for (int trial = 0; trial < Trials(100); ++trial) {
-    const Motion lead = RandomMotion(rng, kinds[trial % 4]);
+    const Motion lead = RandomMotion(rng, kKinds[trial % 4]);
     const RigidTransform X_PQ = RandomPose(rng, 50);
     const Motion q = Ok(lead.Carrying(X_PQ));
     EXPECT_EQ(q.kind(), lead.kind());
@@ -253,10 +251,8 @@ TEST(Motion, ACarriedPartKeepsItsPoseRelativeToItsCarrier) {
 
 TEST(Motion, AdvanceLimitIsTheLargestParameterWithinTheBudget) {
   std::mt19937 rng = SeededRng(503);
-  const MotionKind kinds[] = {MotionKind::kLinear, MotionKind::kRotation, MotionKind::kScrew,
-                              MotionKind::kKeyframes};
   for (int trial = 0; trial < Trials(200); ++trial) {
-    const Motion m = RandomMotion(rng, kinds[trial % 4]);
+    const Motion m = RandomMotion(rng, kKinds[trial % 4]);
     const Sphere sphere{RandomPoint(rng, 10), Uniform(rng, 0, 10)};
     const double t = Uniform(rng, 0, 1), budget = Uniform(rng, 0, 20);
     const double next = m.AdvanceLimit(t, budget, sphere);

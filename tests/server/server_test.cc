@@ -292,6 +292,16 @@ class ServerTest : public ::testing::Test {
     return step;
   }
 
+  // The result of a sequence of one step (an empty result, with the failure recorded, when the
+  // call fails or answers another number of steps).
+  v1::StepResult OnlyStep(const v1::ValidateSequenceRequest& req) {
+    auto report = client_->ValidateSequence(req);
+    EXPECT_THAT(report.status(), IsOk());
+    if (!report.ok()) return {};
+    EXPECT_EQ(report->steps.size(), 1u);
+    return report->steps.size() == 1 ? report->steps[0] : v1::StepResult();
+  }
+
   // A whole-scene check on a thread and a client of its own, until it ends or this object goes:
   // then it is cancelled and joined, also when an assertion returns early.
   class BackgroundCheck {
@@ -1514,10 +1524,7 @@ TEST_F(ServerTest, BlockedPoseIsTheFirstMoversWhicheverMoverIsBlocked) {
   req.set_scene_id(scene);
   req.mutable_tolerances()->set_contact_tolerance_mm(0.01);
   AddInstallStep(&req, "pegs");
-  auto report = client_->ValidateSequence(req);
-  ASSERT_THAT(report.status(), IsOk());
-  ASSERT_EQ(report->steps.size(), 1u);
-  const v1::StepResult& r = report->steps[0];
+  const v1::StepResult r = OnlyStep(req);
   ASSERT_EQ(r.moving_paths_size(), 2);
   ASSERT_EQ(r.moving_paths(0), "pegs/narrow");  // the first mover passes its tube
   EXPECT_FALSE(r.ok());
@@ -1555,9 +1562,7 @@ TEST_F(ServerTest, AKeyframePathMovesItsGroupRigidly) {
     auto* end = path->add_keyframes();
     end->set_t(1);
     *end->mutable_offset() = ToPose(RigidTransform::Identity());
-    auto report = client_->ValidateSequence(req);
-    EXPECT_THAT(report.status(), IsOk());
-    return report.ok() && report->steps.size() == 1 ? report->steps[0] : v1::StepResult();
+    return OnlyStep(req);
   };
   const double mid = 50 - 100 * std::sqrt(2.0);  // -91.42: b's origin at t = 0.5
   const v1::StepResult blocked = validate(Vec3(mid, mid, 0));
@@ -1624,9 +1629,7 @@ TEST_F(ServerTest, ACoarsePartFarAwayDoesNotLoosenASequencesTolerance) {
     v1::ValidateSequenceRequest req;
     req.set_scene_id(scene);
     AddInstallStep(&req, "block");
-    auto report = client_->ValidateSequence(req);
-    EXPECT_THAT(report.status(), IsOk());
-    return report.ok() && report->steps.size() == 1 ? report->steps[0] : v1::StepResult();
+    return OnlyStep(req);
   };
   const v1::StepResult far = validate(Vec3(1000, 0, 0));
   EXPECT_FALSE(far.ok());
@@ -1655,10 +1658,7 @@ TEST_F(ServerTest, BlockersOfEveryMoverBlockedFirstEachWithItsPoint) {
   Place(req.scene_id(), bar, RigidTransform::Translation(Vec3(0, 0, 60)), "bar1");
   Place(req.scene_id(), bar, RigidTransform::Translation(Vec3(100, 0, 60)), "bar2");
   Place(req.scene_id(), bar, RigidTransform::Translation(Vec3(0, 0, 75)), "bar3");  // p1 again
-  auto crossed = client_->ValidateSequence(req);
-  ASSERT_THAT(crossed.status(), IsOk());
-  ASSERT_EQ(crossed->steps.size(), 1u);
-  const v1::StepResult& r = crossed->steps[0];
+  const v1::StepResult r = OnlyStep(req);
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.blocked_t(), 0.0);
   EXPECT_EQ(r.first_contact_t(), 0.0);
@@ -1678,10 +1678,7 @@ TEST_F(ServerTest, BlockersOfEveryMoverBlockedFirstEachWithItsPoint) {
   req.set_scene_id(NewScene());
   Place(req.scene_id(), peg, RigidTransform::Identity(), "g/p1");
   Place(req.scene_id(), bead, RigidTransform::Translation(Vec3(0, 0, 60)), "bead");
-  auto inside = client_->ValidateSequence(req);
-  ASSERT_THAT(inside.status(), IsOk());
-  ASSERT_EQ(inside->steps.size(), 1u);
-  const v1::StepResult& c = inside->steps[0];
+  const v1::StepResult c = OnlyStep(req);
   EXPECT_FALSE(c.ok());
   EXPECT_EQ(c.blocked_t(), 0.0);
   ASSERT_EQ(c.blockers_size(), 1);
@@ -1705,12 +1702,10 @@ TEST_F(ServerTest, EscapeDirectionsLeaveOutAllowedPairs) {
   req.set_all_free_directions(true);
   v1::SequenceStep* step = AddInstallStep(&req, "wide");
   // Without a rule the peg is blocked, and so are its escape directions sideways.
-  auto blocked = client_->ValidateSequence(req);
-  ASSERT_THAT(blocked.status(), IsOk());
-  ASSERT_EQ(blocked->steps.size(), 1u);
-  EXPECT_FALSE(blocked->steps[0].ok());
+  const v1::StepResult blocked = OnlyStep(req);
+  EXPECT_FALSE(blocked.ok());
   int blocked_directions = 0;
-  for (const v1::FreeDirection& d : blocked->steps[0].free_directions()) {
+  for (const v1::FreeDirection& d : blocked.free_directions()) {
     blocked_directions += !d.free();
   }
   EXPECT_GT(blocked_directions, 0);
@@ -1718,10 +1713,7 @@ TEST_F(ServerTest, EscapeDirectionsLeaveOutAllowedPairs) {
   rule->set_name("press fit");
   rule->mutable_a()->add_path_prefixes("wide");
   rule->mutable_b()->add_path_prefixes("tube");
-  auto allowed = client_->ValidateSequence(req);
-  ASSERT_THAT(allowed.status(), IsOk());
-  ASSERT_EQ(allowed->steps.size(), 1u);
-  const v1::StepResult& r = allowed->steps[0];
+  const v1::StepResult r = OnlyStep(req);
   EXPECT_TRUE(r.ok());
   ASSERT_GT(r.free_directions_size(), 0);
   for (const v1::FreeDirection& d : r.free_directions()) EXPECT_TRUE(d.free()) << d.name();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -156,18 +157,12 @@ bool IsC1Second(char c) {
 }
 
 std::string WithoutControls(std::string_view text, std::string_view keep) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == kC1Lead && i + 1 < text.size() && IsC1Second(text[i + 1])) {
-      out += '?';
-      ++i;
-    } else {
-      out += IsControl(c) && keep.find(c) == std::string_view::npos ? '?' : c;
-    }
+  std::ostringstream out;
+  {
+    ControlFilter filter(out, std::string(keep));  // flushes a trailing lead byte when it goes
+    std::ostream(&filter) << text;
   }
-  return out;
+  return out.str();
 }
 
 bool ControlFilter::Put(char c) {

@@ -86,34 +86,63 @@ void RemoveAbandonedTemporaries(const std::string& dir) {
   }
 }
 
-absl::StatusOr<std::string> ReadFileCapped(const std::string& path, std::size_t max_bytes) {
-  // O_NONBLOCK: a FIFO planted where a file should be (by a hostile worker) must not block the
-  // open; it is refused as not a regular file below. Regular files ignore the flag. Files read
-  // here are written by clashd itself or its workers, never as symbolic links: a link (to a
-  // device, a secret) is refused, and a terminal never becomes clashd's controlling one.
+namespace {
+
+// `path` opened for reading (its descriptor, and its status in `st`) when it is a regular file.
+// O_NONBLOCK: a FIFO planted where a file should be (by a hostile worker) must not block the
+// open; it is refused as not a regular file. Regular files ignore the flag. Files read here are
+// written by clashd itself or its workers, never as symbolic links: a link (to a device, a
+// secret) is refused, and a terminal never becomes clashd's controlling one.
+absl::StatusOr<int> OpenRegularFile(const std::string& path, struct stat* st) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
     return absl::InternalError(absl::StrCat("cannot open ", path, ": ", Errno(errno)));
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
     close(fd);
     return absl::InternalError(absl::StrCat(path, " is not a regular file"));
   }
+  return fd;
+}
+
+// Reads from `fd` into `buffer` until it is full or the file ends; the bytes read.
+std::size_t ReadUpTo(int fd, std::string* buffer) {
+  std::size_t done = 0;
+  while (done < buffer->size()) {
+    const ssize_t n = read(fd, buffer->data() + done, buffer->size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, std::size_t max_bytes) {
+  struct stat st {};
+  const absl::StatusOr<int> opened = OpenRegularFile(path, &st);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
+  std::string text(max_bytes, '\0');
+  text.resize(ReadUpTo(fd, &text));
+  close(fd);
+  return text;
+}
+
+absl::StatusOr<std::string> ReadFileCapped(const std::string& path, std::size_t max_bytes) {
+  struct stat st {};
+  const absl::StatusOr<int> opened = OpenRegularFile(path, &st);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   if (static_cast<std::size_t>(st.st_size) > max_bytes) {
     close(fd);
     return absl::ResourceExhaustedError(
         absl::StrCat(path, " is ", st.st_size, " bytes, above the limit of ", max_bytes));
   }
   std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
+  const std::size_t done = ReadUpTo(fd, &bytes);
   close(fd);
   if (done != bytes.size()) return absl::InternalError(absl::StrCat("short read of ", path));
   return bytes;

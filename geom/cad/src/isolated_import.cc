@@ -39,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "clash/cad/durable_file.h"
 #include "clash/cad/worker_pool.h"
 #include "worker_format.h"
 
@@ -94,21 +95,10 @@ std::string SignalName(int signal) {
   return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : "unknown";
 }
 
-// Reads at most `max_bytes` of a small file; empty when it cannot be read or is not a regular
-// file (the worker owns its folder: a FIFO there must not block the open, nor the read).
+// At most `max_bytes` of a small file; empty when it cannot be read or is not a regular file
+// (the worker owns its folder: see ReadFilePrefix).
 std::string ReadSmallFile(const std::string& path, std::size_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
-  if (fd < 0) return {};
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return {};
-  }
-  std::string text(max_bytes, '\0');
-  const ssize_t n = read(fd, text.data(), text.size());
-  close(fd);
-  text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-  return text;
+  return ReadFilePrefix(path, max_bytes).value_or(std::string());
 }
 
 // Reads the whole result file if it is no larger than `max_bytes`.

@@ -30,4 +30,10 @@ void RemoveAbandonedTemporaries(const std::string& dir);
 [[nodiscard]] absl::StatusOr<std::string> ReadFileCapped(const std::string& path,
                                                          std::size_t max_bytes);
 
+/// At most the first `max_bytes` of the regular file at `path` (files whose size the file system
+/// does not report, such as /proc's, too). Errors as ReadFileCapped, except that a longer file is
+/// no error.
+[[nodiscard]] absl::StatusOr<std::string> ReadFilePrefix(const std::string& path,
+                                                         std::size_t max_bytes);
+
 }  // namespace clash::cad
