@@ -274,12 +274,25 @@ absl::Status ResolveAllowRules(
     rule.name = r.name();
     CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> a, SelectInstances(scene, r.a()));
     rule.a = ToSet(a);
-    rule.pairs_within_a = !r.has_b();
-    if (r.has_b()) {
+    // An empty b (unset, or present without criteria, as a client that merely touched the
+    // field sends it) means the pairs within a: read as "every instance", it would suppress
+    // every clash of a with anything.
+    rule.pairs_within_a = SelectsAll(r.b());
+    if (!rule.pairs_within_a) {
       CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> b, SelectInstances(scene, r.b()));
       rule.b = ToSet(b);
     }
-    for (int c : r.classes()) rule.classes.insert(c);
+    for (int c : r.classes()) {
+      if (c != v1::HARD && c != v1::CONTACT && c != v1::CLEARANCE && c != v1::CONTAINED) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("allowed interference '", r.name(), "': unknown clash class ", c));
+      }
+      rule.classes.insert(c);
+    }
+    if (!(std::isfinite(r.max_depth_mm()) && r.max_depth_mm() >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("allowed interference '", r.name(),
+                                                     "': max_depth_mm must be finite and >= 0"));
+    }
     rule.max_depth_mm = r.max_depth_mm();
     out->push_back(std::move(rule));
   }

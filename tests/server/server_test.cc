@@ -746,6 +746,51 @@ TEST_F(ServerTest, AllowedInterferenceIsReportedAsSuppressed) {
   r = client_->CheckInterference(req);
   ASSERT_THAT(r.status(), IsOk());
   EXPECT_FALSE(r->clashes(0).suppressed());
+  // Limits and classes that mean nothing are refused, not read as "no limit" or "no class".
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    rule->set_max_depth_mm(bad);
+    EXPECT_THAT(client_->CheckInterference(req).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, "max_depth_mm"))
+        << bad;
+  }
+  rule->set_max_depth_mm(0);
+  for (int bad : {static_cast<int>(v1::CLASH_CLASS_UNSPECIFIED), 7}) {
+    rule->clear_classes();
+    rule->add_classes(static_cast<v1::ClashClass>(bad));
+    EXPECT_THAT(client_->CheckInterference(req).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, "unknown clash class"))
+        << bad;
+  }
+}
+
+// A rule's b that is present but empty (a client that touched the field) means the pairs
+// within a, as an unset b does: not a against every instance of the scene, which hid a bolt's
+// clash with a bracket it was never allowed to touch.
+TEST_F(ServerTest, AnEmptyRuleSideBMeansThePairsWithinA) {
+  const std::string box = Upload(MakeBox(Vec3(5, 5, 5)), "box");
+  const std::string scene = NewScene();
+  const uint64_t bolt = Place(scene, box, RigidTransform::Identity(), "bolt");
+  const uint64_t nut = Place(scene, box, RigidTransform::Translation(Vec3(3, 0, 0)), "nut");
+  const uint64_t bracket = Place(scene, box, RigidTransform::Translation(Vec3(0, 3, 0)), "bracket");
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene);
+  v1::AllowedInterference* rule = req.add_allowed();
+  rule->set_name("threaded");
+  rule->mutable_a()->add_instance_ids(bolt);
+  rule->mutable_a()->add_instance_ids(nut);
+  for (bool touch_b : {false, true}) {
+    if (touch_b) rule->mutable_b();
+    ASSERT_EQ(rule->has_b(), touch_b);
+    auto r = client_->CheckInterference(req);
+    ASSERT_THAT(r.status(), IsOk());
+    ASSERT_EQ(r->clashes_size(), 3) << touch_b;  // every two of the three overlap
+    for (const v1::Clash& c : r->clashes()) {
+      const bool within_a = c.instance_a() != bracket && c.instance_b() != bracket;
+      EXPECT_EQ(c.suppressed(), within_a) << touch_b << " " << c.path_a() << " " << c.path_b();
+    }
+    EXPECT_EQ(r->summary().hard(), 2u) << touch_b;
+    EXPECT_EQ(r->summary().suppressed(), 1u) << touch_b;
+  }
 }
 
 // ComputeDistance against the minimum of Distance over every valid pair, for every shape of
