@@ -134,6 +134,62 @@ TEST(TriangleMesh, ReorderedKeepsEveryTriangleWithItsTagAndSource) {
   EXPECT_EQ(same.SourceIndex(11), 11u);
 }
 
+// A closed mesh of two solids (one product holding two bodies) has two shells, each with its
+// bounds and one of its vertices; reordering keeps them; an open mesh has none.
+TEST(TriangleMesh, FindsTheShellsOfAClosedMesh) {
+  const TriangleMesh one = MakeBox(Vec3(1, 2, 3)).Build();
+  ASSERT_EQ(one.shells().size(), 1u);
+  EXPECT_EQ(one.shells()[0].bounds.min, one.bounds().min);
+  EXPECT_EQ(one.shells()[0].bounds.max, one.bounds().max);
+
+  const TriangleMesh two = MakeCylinder(2, 4, 16)
+                               .Transformed(RigidTransform::Translation(Vec3(20, 0, 0)))
+                               .Plus(MakeBox(Vec3(1, 1, 1)))
+                               .Build();
+  ASSERT_TRUE(two.IsClosed());
+  auto check = [](const TriangleMesh& m) {
+    ASSERT_EQ(m.shells().size(), 2u);
+    std::vector<MeshShell> s = m.shells();
+    std::sort(s.begin(), s.end(), [](const MeshShell& x, const MeshShell& y) {
+      return x.bounds.min.x() < y.bounds.min.x();
+    });
+    EXPECT_EQ(s[0].bounds.min, Vec3(-1, -1, -1));
+    EXPECT_EQ(s[0].bounds.max, Vec3(1, 1, 1));
+    EXPECT_NEAR(s[1].bounds.min.x(), 18, 1e-12);
+    EXPECT_NEAR(s[1].bounds.max.z(), 2, 1e-12);
+    for (const MeshShell& shell : s) {
+      EXPECT_TRUE(shell.bounds.Contains(m.vertices()[shell.vertex]));
+    }
+  };
+  check(two);
+  std::vector<uint32_t> order(two.num_triangles());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), testing::SeededRng(5));
+  check(TriangleMesh(two).Reordered(order));
+
+  auto open = MakeBox(Vec3(1, 1, 1));
+  open.t.pop_back();
+  EXPECT_TRUE(open.Build().shells().empty());
+}
+
+// The weld and the degenerate-area threshold scale with the vertices the triangles use: a
+// stray unused vertex far away in a shared buffer once welded neighbours together (and at 1e6
+// dropped every triangle as degenerate).
+TEST(TriangleMesh, UnusedVerticesDoNotScaleTheWeld) {
+  for (double far : {3e5, 1e6}) {
+    auto box = MakeSubdividedBox(Vec3(1, 1, 1), 100);  // grid step 0.02
+    const auto welded_alone = box.Build().stats().welded_vertices;
+    box.v.push_back(Vec3(far, 0, 0));
+    auto m = TriangleMesh::Create(box.v, box.t);
+    ASSERT_THAT(m, IsOk()) << far;
+    EXPECT_EQ(m->stats().welded_vertices, welded_alone) << far;
+    EXPECT_EQ(m->stats().degenerate_triangles, 0u) << far;
+    EXPECT_EQ(m->stats().unused_vertices, 1u) << far;
+    EXPECT_EQ(m->num_triangles(), box.t.size()) << far;
+    EXPECT_TRUE(m->IsClosed()) << far;
+  }
+}
+
 // Faces tessellated separately (duplicated seam vertices) become one closed solid.
 TEST(TriangleMesh, WeldsSeamsIntoAClosedSolid) {
   auto box = MakeSubdividedBox(Vec3(10, 5, 2), 4);

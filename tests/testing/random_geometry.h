@@ -111,6 +111,14 @@ struct RawMesh {
     for (Vec3& p : m.v) p = X * p;
     return m;
   }
+  /// These triangles and those of `other` as one mesh (a part of several solids).
+  RawMesh Plus(const RawMesh& other) const {
+    RawMesh m = *this;
+    const auto base = static_cast<uint32_t>(m.v.size());
+    m.v.insert(m.v.end(), other.v.begin(), other.v.end());
+    for (TriangleMesh::Index3 f : other.t) m.t.push_back({f[0] + base, f[1] + base, f[2] + base});
+    return m;
+  }
   /// Validates into a TriangleMesh (fails the test on error).
   TriangleMesh Build(const geom::MeshOptions& options = {}) const {
     auto m = TriangleMesh::Create(v, t, {}, options);

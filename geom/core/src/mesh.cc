@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <unordered_map>
 
@@ -102,6 +103,34 @@ void AnalyseEdges(const std::vector<TriangleMesh::Index3>& tris, MeshStats* stat
   stats->oriented = stats->closed && stats->misoriented_edges == 0;
 }
 
+// The connected pieces of a mesh whose vertices are all used, by smallest vertex index.
+std::vector<MeshShell> FindShells(const std::vector<Vec3>& vertices,
+                                  const std::vector<TriangleMesh::Index3>& tris) {
+  std::vector<uint32_t> parent(vertices.size());
+  std::iota(parent.begin(), parent.end(), 0u);
+  auto root = [&](uint32_t v) {
+    while (parent[v] != v) v = parent[v] = parent[parent[v]];  // path halving
+    return v;
+  };
+  for (const auto& t : tris) {
+    for (int i = 1; i < 3; ++i) {
+      const uint32_t x = root(t[0]), y = root(t[i]);
+      if (x != y) parent[std::max(x, y)] = std::min(x, y);  // the root is the smallest index
+    }
+  }
+  std::vector<MeshShell> shells;
+  std::vector<uint32_t> shell_of(vertices.size());
+  for (uint32_t v = 0; v < vertices.size(); ++v) {
+    const uint32_t r = root(v);
+    if (r == v) {
+      shell_of[v] = static_cast<uint32_t>(shells.size());
+      shells.push_back({Aabb(), v});
+    }
+    shells[shell_of[r]].bounds.Add(vertices[v]);
+  }
+  return shells;
+}
+
 }  // namespace
 
 absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
@@ -121,22 +150,24 @@ absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
         absl::StrCat("got ", tags.size(), " tags for ", triangles.size(), " triangles"));
   }
   if (tags.empty()) tags.assign(triangles.size(), 0);
-  Aabb bounds;
   for (std::size_t i = 0; i < vertices.size(); ++i) {
     if (!vertices[i].allFinite()) {
       return absl::InvalidArgumentError(absl::StrCat("vertex ", i, " has a non-finite coordinate"));
     }
-    bounds.Add(vertices[i]);
   }
+  // The scale of the weld and of degenerate areas: the vertices the triangles use (a stray
+  // unused vertex in a shared buffer must not weld the mesh together).
+  Aabb bounds;
   for (std::size_t i = 0; i < triangles.size(); ++i) {
     for (uint32_t k : triangles[i]) {
       if (k >= vertices.size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("triangle ", i, " references vertex ", k, " of ", vertices.size()));
       }
+      bounds.Add(vertices[k]);
     }
   }
-  const double diag = bounds.Diagonal();
+  const double diag = triangles.empty() ? 0.0 : bounds.Diagonal();
   const double tol =
       options.weld_tolerance_mm >= 0 ? options.weld_tolerance_mm : options.weld_relative * diag;
   if (!std::isfinite(tol)) return absl::InvalidArgumentError("weld tolerance is not finite");
@@ -189,6 +220,7 @@ absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
     for (Index3& t : m.triangles_) std::swap(t[1], t[2]);
     m.stats_.turned_outward = true;
   }
+  if (m.stats_.oriented) m.shells_ = FindShells(m.vertices_, m.triangles_);
   return m;
 }
 
@@ -261,6 +293,9 @@ TriangleMesh TriangleMesh::Reordered(std::span<const uint32_t> order) && {
     if (renumber[v] == kUnset) out.vertices_.push_back(vertices_[v]);
   }
   if (identity) out.source_index_ = {};
+  // Every vertex of a created mesh is used, so each shell's vertex has its new number.
+  out.shells_ = shells_;
+  for (MeshShell& s : out.shells_) s.vertex = renumber[s.vertex];
   return out;
 }
 
@@ -276,7 +311,8 @@ std::vector<uint32_t> TriangleMesh::InSourceOrder() const {
 
 std::size_t TriangleMesh::MemoryBytes() const {
   return vertices_.capacity() * sizeof(Vec3) + triangles_.capacity() * sizeof(Index3) +
-         tags_.capacity() * sizeof(uint32_t) + source_index_.capacity() * sizeof(uint32_t);
+         tags_.capacity() * sizeof(uint32_t) + source_index_.capacity() * sizeof(uint32_t) +
+         shells_.capacity() * sizeof(MeshShell);
 }
 
 }  // namespace clash::geom

@@ -22,6 +22,7 @@ struct MeshOptions {
   /// below any tessellation deflection and far above the rounding of coordinates.
   double weld_relative = 1e-7;
   /// Triangles with area at most this fraction of diagonal^2 are degenerate and dropped.
+  /// (The diagonal, here and for the weld, is that of the vertices the triangles use.)
   double degenerate_relative_area = 1e-14;
   std::size_t max_vertices = 100'000'000;   ///< Input limit.
   std::size_t max_triangles = 100'000'000;  ///< Input limit.
@@ -42,6 +43,13 @@ struct MeshStats {
   /// Closed and oriented but inside out (negative volume): every triangle's winding was
   /// reversed, so that normals face out of the solid as the containment tests assume.
   bool turned_outward = false;
+};
+
+/// A connected piece of a mesh's surface (triangles joined through shared vertices): one of
+/// the solids of a part made of several, or the shell of a void inside a solid.
+struct MeshShell {
+  Aabb bounds;          ///< Bounds of its vertices.
+  uint32_t vertex = 0;  ///< One of its vertices.
 };
 
 /// A triangle mesh in its own frame (millimetres), validated at creation: finite coordinates,
@@ -89,6 +97,9 @@ class TriangleMesh {
   [[nodiscard]] const MeshStats& stats() const { return stats_; }
   /// True when the mesh is closed and consistently oriented (it bounds a solid).
   [[nodiscard]] bool IsClosed() const { return stats_.oriented; }
+  /// The connected pieces of a closed mesh (one for most parts); empty for a mesh that is not
+  /// closed.
+  [[nodiscard]] const std::vector<MeshShell>& shells() const { return shells_; }
   /// Signed volume (positive for a closed mesh with outward normals).
   [[nodiscard]] double SignedVolume() const;
   /// Total surface area.
@@ -106,6 +117,7 @@ class TriangleMesh {
   std::vector<Index3> triangles_;
   std::vector<uint32_t> tags_;
   std::vector<uint32_t> source_index_;  // empty when no triangle was dropped (identity)
+  std::vector<MeshShell> shells_;
   Aabb bounds_;
   MeshStats stats_;
 };
