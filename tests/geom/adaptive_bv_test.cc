@@ -130,6 +130,21 @@ TEST(AdaptiveBv, ModesForceTheKind) {
   o.bv.mode = BvMode::kObbOnly;
   auto p = tilted.Part(o);
   EXPECT_EQ(p->stats().obb_nodes, p->stats().nodes);
+  // Past the slots a node can refer to (max_obb_nodes stands in for the 2^24 - 1 of the
+  // field), nodes take their AABB instead of wrapping the slot number.
+  o.max_obb_nodes = 3;
+  p = tilted.Part(o);
+  EXPECT_EQ(p->stats().obb_nodes, 3u);
+  EXPECT_EQ(p->rotations().size(), 3u);
+  EXPECT_EQ(p->stats().aabb_nodes, p->stats().nodes - 3);
+  for (const BvhNode& n : p->nodes()) {
+    if (n.IsObb()) {
+      EXPECT_LT(n.ObbSlot(), 3u);
+    }
+  }
+  for (const Vec3& v : p->mesh().vertices()) {
+    EXPECT_TRUE(p->NodeBox(p->nodes()[0]).Contains(v));
+  }
 }
 
 // Property: every vertex lies inside every node volume above it, for every mode.

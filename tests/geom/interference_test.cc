@@ -22,6 +22,7 @@ using testing::BruteDistance;
 using testing::MakeBlob;
 using testing::MakeBox;
 using testing::MakeCylinder;
+using testing::MakeSubdividedBox;
 using testing::MakeTube;
 using testing::RandomPoint;
 using testing::RandomPose;
@@ -418,6 +419,41 @@ TEST(ClassifyPair, CapsAndLimits) {
   EXPECT_TRUE(r.uncertain);
   EXPECT_EQ(r.depth_mm, 0.0);
   EXPECT_STREQ(ClashClassName(ClashClass::kClearance), "clearance");
+}
+
+// A CONTACT whose depth came from a sample of the candidates is uncertain: a fine plate lying
+// 0.05 mm into a block (τ 0.1), with one vertex of its underside pushed 3 mm down. With every
+// candidate the spike decides (HARD); capped by stride, the spike may be left out, and a
+// CONTACT then says it is uncertain. Without the cap the shallow overlap alone is a certain
+// CONTACT.
+TEST(ClassifyPair, AContactFromSampledCandidatesIsUncertain) {
+  const PartPtr block = MakeBox(Vec3(6, 6, 5), Vec3(0, 0, -5.95)).Part();
+  auto plate = MakeSubdividedBox(Vec3(5, 5, 1), 20);
+  PairTolerances tol = Tol(0.1);
+  const PairClassification flat = ClassifyPair(*plate.Part(), {}, *block, {}, tol);
+  EXPECT_EQ(flat.cls, ClashClass::kContact);
+  EXPECT_NEAR(flat.depth_mm, 0.05, 1e-9);
+  EXPECT_FALSE(flat.uncertain);
+  int spikes = 0, missed = 0;
+  for (std::size_t i = 0; i < plate.v.size(); i += 37) {
+    if (plate.v[i].z() != -1 || std::abs(plate.v[i].x()) > 4 || std::abs(plate.v[i].y()) > 4) {
+      continue;
+    }
+    auto spiked = plate;
+    spiked.v[i].z() = -4;
+    const PartPtr part = spiked.Part();
+    ++spikes;
+    tol.max_depth_samples = 4096;
+    const PairClassification all = ClassifyPair(*part, {}, *block, {}, tol);
+    EXPECT_EQ(all.cls, ClashClass::kHard) << i;
+    EXPECT_GT(all.depth_mm, 1.9) << i;  // the spike's distance to the block's nearest face
+    tol.max_depth_samples = 16;
+    const PairClassification few = ClassifyPair(*part, {}, *block, {}, tol);
+    EXPECT_TRUE(few.cls == ClashClass::kHard || few.uncertain) << i;
+    missed += few.cls == ClashClass::kContact;
+  }
+  EXPECT_GE(spikes, 5);
+  EXPECT_GE(missed, 1);  // the cap did leave the spike out somewhere
 }
 
 }  // namespace

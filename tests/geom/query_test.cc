@@ -491,6 +491,38 @@ TEST(Containment, FindsWhichPartIsInside) {
   EXPECT_EQ(FindContainment(*small, X_WS, *open.Part(), X_W1), Containment::kNone);
 }
 
+// A part of two solids with one of them inside another part, the other outside that part's
+// box, is inside: its bounds as a whole do not fit, so a test of the whole part's bounds and
+// one vertex called a buried solid clear. The witness is a vertex of the buried solid.
+TEST(Containment, FindsOneSolidOfAPartInside) {
+  auto rng = SeededRng(103);
+  const auto two = MakeBox(Vec3(0.5, 0.5, 0.5))
+                       .Plus(MakeBox(Vec3(0.5, 0.5, 0.5), Vec3(20, 0, 0)))
+                       .Plus(MakeBox(Vec3(0.5, 0.5, 0.5), Vec3(-30, 0, 0)))
+                       .Part();
+  ASSERT_EQ(two->mesh().shells().size(), 3u);
+  const auto housing = MakeBox(Vec3(5, 5, 5)).Part();
+  for (int trial = 0; trial < 10; ++trial) {
+    const RigidTransform X_WH = RandomPose(rng, 100);
+    for (const Vec3& at : {Vec3(0, 0, 0), Vec3(-20, 1, 0), Vec3(30, 0, -1)}) {
+      // Each solid in turn buried in the housing, the others outside it.
+      const RigidTransform X_WT = X_WH * RigidTransform::Translation(at);
+      ASSERT_FALSE(SurfacesIntersect(*two, X_WT, *housing, X_WH));
+      Vec3 p_W;
+      EXPECT_EQ(FindContainment(*two, X_WT, *housing, X_WH, &p_W), Containment::kAInsideB);
+      EXPECT_LT((X_WH.Inverse() * p_W).cwiseAbs().maxCoeff(), 5.0);  // in the housing
+      EXPECT_EQ(FindContainment(*housing, X_WH, *two, X_WT, &p_W), Containment::kBInsideA);
+      EXPECT_LT((X_WH.Inverse() * p_W).cwiseAbs().maxCoeff(), 5.0);
+      const PairClassification c = ClassifyPair(*two, X_WT, *housing, X_WH, {0.1, 0, 64, 4096});
+      EXPECT_EQ(c.cls, ClashClass::kContained);
+      EXPECT_EQ(c.containment, Containment::kAInsideB);
+    }
+    // Every solid outside: none.
+    const RigidTransform X_out = X_WH * RigidTransform::Translation(Vec3(10, 0, 0));
+    EXPECT_EQ(FindContainment(*two, X_out, *housing, X_WH), Containment::kNone);
+  }
+}
+
 // The same rigid motion applied to both parts leaves every answer unchanged; swapping the
 // parts swaps the witnesses.
 TEST(QueryMetamorphic, RigidMotionAndSwap) {
@@ -576,6 +608,16 @@ TEST(QueryDegenerate, TouchingBoxes) {
       EXPECT_EQ(SurfacesIntersect(*box, X_WA, *box, X_WB_turned), c.touch);
     }
   }
+}
+
+// Distance 0 is not beyond an upper bound of 0: crossing surfaces are found (the walk alone
+// prunes every pair at a bound of 0).
+TEST(QueryDegenerate, ZeroUpperBoundFindsCrossingSurfaces) {
+  const auto box = MakeBox(Vec3(1, 1, 1)).Part();
+  const DistanceResult d =
+      Distance(*box, {}, *box, RigidTransform::Translation(Vec3(1.5, 0.3, 0.2)), 0.0);
+  EXPECT_EQ(d.distance, 0.0);
+  EXPECT_LT((d.p_WA - d.p_WB).norm(), 1e-12);
 }
 
 TEST(QueryDegenerate, CoplanarAndSharedEdgeContacts) {

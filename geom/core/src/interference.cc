@@ -203,10 +203,12 @@ void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other
   }
 }
 
-// The candidates of part P that may lie inside part Q (X_PQ: Q's pose in P), capped by stride.
+// The candidates of part P that may lie inside part Q (X_PQ: Q's pose in P), capped by stride
+// (*sampled set when the cap left some out).
 std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const RigidTransform& X_PQ,
                                        const std::vector<Crossing>& crossings, double contact,
-                                       std::size_t cap, const internal::DepthOptions& options) {
+                                       std::size_t cap, const internal::DepthOptions& options,
+                                       bool* sampled) {
   std::vector<Candidate> all;
   if (cap == 0) return all;
   // Lattice and beside points per crossing, at most (a vertex-like crossing has 3 directions).
@@ -234,6 +236,7 @@ std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const Rigid
                          &all);
   }
   if (all.size() <= cap) return all;
+  *sampled = true;
   std::vector<Candidate> kept(cap);
   for (std::size_t i = 0; i < cap; ++i) kept[i] = all[i * all.size() / cap];
   return kept;
@@ -409,15 +412,16 @@ PairClassification internal::ClassifyPairWith(const Part& a, const RigidTransfor
     // `deeper` below): the same answer, and that search prunes against the depth of b inside a
     // from its first candidate.
     DeepestPoint in_b, in_a;  // candidates of a inside b, of b inside a
+    bool sampled = false;     // the cap on candidates left some out
     if (a_closed) {
-      in_a = internal::DeepestInside(
-          DepthCandidates(b, a, X_BW * X_WA, on_b, contact, tol.max_depth_samples, options), X_WB,
-          a, X_WA);
+      in_a = internal::DeepestInside(DepthCandidates(b, a, X_BW * X_WA, on_b, contact,
+                                                     tol.max_depth_samples, options, &sampled),
+                                     X_WB, a, X_WA);
     }
     if (b_closed) {
-      in_b = internal::DeepestInside(
-          DepthCandidates(a, b, X_AW * X_WB, on_a, contact, tol.max_depth_samples, options), X_WA,
-          b, X_WB, &in_a);
+      in_b = internal::DeepestInside(DepthCandidates(a, b, X_AW * X_WB, on_a, contact,
+                                                     tol.max_depth_samples, options, &sampled),
+                                     X_WA, b, X_WB, &in_a);
     }
     auto deeper = [](const DeepestPoint& u, const DeepestPoint& v) {
       return u.found &&
@@ -445,7 +449,9 @@ PairClassification internal::ClassifyPairWith(const Part& a, const RigidTransfor
       r.uncertain = true;
     } else {
       r.cls = r.depth_mm > contact ? ClashClass::kHard : ClashClass::kContact;
-      r.uncertain = NearContact(r.depth_mm, contact);
+      // The depth is a lower bound: a HARD answer stands, but a CONTACT found on part of the
+      // candidates may hide a deeper point.
+      r.uncertain = NearContact(r.depth_mm, contact) || (r.cls == ClashClass::kContact && sampled);
     }
     return r;
   }

@@ -72,7 +72,8 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
       PrincipalFrame frame = PrincipalAxes(moments[k].Mean() + ref, moments[k].Covariance());
       // OBB axes are stored in single precision: choose and fit on the rounded axes.
       frame.axes = frame.axes.cast<float>().cast<double>();
-      if (!TakesAabb(frame, options.bv)) {
+      if (!TakesAabb(frame, options.bv) &&
+          part->rotations_.size() < std::min(options.max_obb_nodes, kMaxObbNodes)) {
         scratch.clear();
         for (uint32_t s = range_begin[k]; s < range_end[k]; ++s) {
           for (uint32_t v : m.triangles()[s]) scratch.push_back(m.vertices()[v]);

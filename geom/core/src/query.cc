@@ -669,16 +669,34 @@ std::optional<bool> InsideFromClosestFace(const Part& q, const Vec3& p,
   return side(normal);
 }
 
+namespace {
+
+// A vertex (inner's frame) of a shell of `inner` that lies inside `outer` (X_IO: outer's pose
+// in inner's frame), for surfaces that do not cross: such a shell lies wholly inside or wholly
+// outside, so one vertex decides, and only shells whose bounds fit in outer's bounds are
+// tested.
+std::optional<Vec3> ShellInside(const Part& inner, const Part& outer, const RigidTransform& X_IO) {
+  const Aabb outer_box = outer.bounds().Transformed(X_IO);
+  const RigidTransform X_OI = X_IO.Inverse();
+  for (const MeshShell& s : inner.mesh().shells()) {
+    const Vec3& v = inner.mesh().vertices()[s.vertex];
+    if (outer_box.Contains(s.bounds) && ContainsPoint(outer, X_OI * v)) return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Containment FindContainment(const Part& a, const RigidTransform& X_WA, const Part& b,
-                            const RigidTransform& X_WB) {
+                            const RigidTransform& X_WB, Vec3* p_W) {
   if (!a.mesh().IsClosed() || !b.mesh().IsClosed()) return Containment::kNone;
   const RigidTransform X_AB = X_WA.Inverse() * X_WB;
-  const RigidTransform X_BA = X_AB.Inverse();
-  // a inside b needs a's bounds inside b's (conservative) bounds in a's frame.
-  if (b.bounds().Transformed(X_AB).Contains(a.bounds()) && ContainsPoint(b, X_BA * a.AnyVertex())) {
+  if (const std::optional<Vec3> v = ShellInside(a, b, X_AB)) {
+    if (p_W != nullptr) *p_W = X_WA * *v;
     return Containment::kAInsideB;
   }
-  if (a.bounds().Transformed(X_BA).Contains(b.bounds()) && ContainsPoint(a, X_AB * b.AnyVertex())) {
+  if (const std::optional<Vec3> v = ShellInside(b, a, X_AB.Inverse())) {
+    if (p_W != nullptr) *p_W = X_WB * *v;
     return Containment::kBInsideA;
   }
   return Containment::kNone;
@@ -822,7 +840,7 @@ DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b
   DistanceResult r;
   // Crossing surfaces are at distance 0: the early-exit overlap walk finds a witness far
   // sooner than a best-first distance walk through the overlapping boxes.
-  if (upper_bound > 0.0) {
+  if (upper_bound >= 0.0) {
     const IntersectionResult x = FindIntersections(a, X_WA, b, X_WB, 1);
     if (!x.pairs.empty()) {
       r.distance = 0.0;

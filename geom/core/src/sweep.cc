@@ -121,11 +121,10 @@ class Sweeper {
   std::optional<Blocker> Contained(const RigidTransform& X, std::size_t i, double gap) {
     const SweepObstacle& o = obstacles_[i];
     ++result_.classify_queries;
-    const Containment c = FindContainment(moving_, X, *o.part, o.X_WO);
-    if (c == Containment::kNone) return std::nullopt;
-    // The witness is a point of whichever part lies inside the other.
-    const Vec3 p_W =
-        c == Containment::kBInsideA ? o.X_WO * o.part->AnyVertex() : X * moving_.AnyVertex();
+    Vec3 p_W;  // the witness: a point of whichever part lies inside the other
+    if (FindContainment(moving_, X, *o.part, o.X_WO, &p_W) == Containment::kNone) {
+      return std::nullopt;
+    }
     return Blocker{i, ClashClass::kContained, gap, p_W};
   }
 

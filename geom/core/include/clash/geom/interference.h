@@ -27,14 +27,17 @@
 //     by at most τ, as tessellations of touching B-reps do). When a part is not closed, or
 //     max_depth_samples is 0, the depth cannot be estimated reliably: kHard with
 //     uncertain = true, and the depth from whichever side has a closed container (0 if none).
-//  2. Otherwise FindContainment: one part inside the other gives kContained, with depth_mm
+//  2. Otherwise FindContainment: one part (or one of its solids) inside the other gives
+//     kContained, with depth_mm
 //     and distance_mm both the surface distance between them and its closest points.
 //  3. Otherwise Distance with the search bound max(1.25 τ, clearance): d <= τ is kContact,
 //     d < clearance is kClearance, anything else kClear.
 //
 // The answer is marked uncertain when the deciding value lies within 25 % of τ of τ
 // (|depth - τ| <= τ/4 for crossing surfaces, |d - τ| <= τ/4 otherwise): tessellation error
-// is of the order of τ, so such answers may flip on the real B-rep.
+// is of the order of τ, so such answers may flip on the real B-rep. A kContact of crossing
+// surfaces is also uncertain when a side's candidates were capped at max_depth_samples: a
+// point left out could be deeper than τ.
 //
 // Limits: the depth is an estimate from samples, never above the true penetration depth but
 // possibly below it. Lattice and segment samples come from the collected pairs only: when the
@@ -99,8 +102,8 @@ struct PairClassification {
   uint32_t tri_a = 0, tri_b = 0;         ///< Triangles of the witnesses (for face ids).
   std::size_t intersecting_pairs = 0;    ///< Intersecting triangle pairs collected.
   bool intersections_truncated = false;  ///< More intersecting pairs exist than collected.
-  /// The deciding value lies within 25 % of τ of the threshold τ, or the depth could not be
-  /// estimated (open mesh).
+  /// The deciding value lies within 25 % of τ of the threshold τ, the depth could not be
+  /// estimated (open mesh), or a kContact depth came from part of the candidates.
   bool uncertain = false;
   Containment containment = Containment::kNone;  ///< Which part is inside (kContained only).
 };

@@ -1,6 +1,7 @@
 // A part: a validated mesh with its adaptive AABB/OBB hierarchy, in the part's own frame.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -17,11 +18,17 @@ namespace clash::geom {
 inline constexpr int kMaxLeafSize = 16;
 
 /// Settings for building a part's hierarchy.
+/// Most OBB nodes a hierarchy can refer to (BvhNode::meta holds slot + 1 in 24 bits).
+inline constexpr std::size_t kMaxObbNodes = (std::size_t{1} << 24) - 1;
+
 struct PartOptions {
   BvhBuildOptions bvh;   ///< Topology builder.
   AdaptiveBvOptions bv;  ///< Node volume choice.
   /// Leaves of the ray hierarchy: subtrees of at most this many triangles (1..16).
   int ray_leaf_size = 12;
+  /// Most OBB nodes (at most kMaxObbNodes, what a node's slot field holds); further nodes
+  /// take their AABB, which is as conservative, only looser.
+  std::size_t max_obb_nodes = kMaxObbNodes;
 };
 
 /// A hierarchy node (56 bytes): a box centre and half extents in the part frame, and the

@@ -40,14 +40,17 @@ struct IntersectionResult {
 /// Where one closed part lies inside the other.
 enum class Containment : uint8_t {
   kNone,      ///< Neither is inside the other (or a mesh is open, or the surfaces cross).
-  kAInsideB,  ///< Part a lies inside part b.
-  kBInsideA,  ///< Part b lies inside part a.
+  kAInsideB,  ///< Part a (or one of its solids) lies inside part b.
+  kBInsideA,  ///< Part b (or one of its solids) lies inside part a.
 };
 
 /// For two parts whose surfaces do not cross: whether one lies inside the other (both meshes
-/// must be closed; otherwise kNone). Tests one vertex of each against the other solid.
+/// must be closed; otherwise kNone). A part made of several solids (TriangleMesh::shells)
+/// counts as inside when any of them is: one vertex of each shell whose bounds fit in the
+/// other part's bounds is tested against the other solid. `p_W`, when given, receives that
+/// vertex (world) of the part inside.
 [[nodiscard]] Containment FindContainment(const Part& a, const RigidTransform& X_WA, const Part& b,
-                                          const RigidTransform& X_WB);
+                                          const RigidTransform& X_WB, Vec3* p_W = nullptr);
 
 /// True when point p_PQ (part frame) lies inside the closed part (ray parity with several
 /// directions, retried when a ray grazes an edge or vertex). False for open meshes.
