@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-message-bytes", config.max_message_bytes, "Largest gRPC message")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1} << 20, std::size_t{2000} << 20));
-  app.add_option("--max-part-triangles", config.max_part_triangles, "Largest part")
+  app.add_option("--max-part-triangles", config.max_part_triangles,
+                 "Triangles of one uploaded part, or of all parts of an import")
       ->capture_default_str();
   app.add_option("--max-query-seconds", config.max_query_seconds,
                  "Deadline of a query when the client sets none or a later one")

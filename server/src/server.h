@@ -35,7 +35,7 @@ struct ServerConfig {
   /// Largest accepted upload (file bytes) and gRPC message.
   std::size_t max_upload_bytes = std::size_t{512} << 20;
   std::size_t max_message_bytes = std::size_t{256} << 20;
-  /// Largest part (triangles), for uploads and imports.
+  /// Triangle cap: per part for uploads, over all parts of the assembly for imports.
   std::size_t max_part_triangles = 20'000'000;
   /// Server-side deadline when the client sends none (or a later one), per kind of call.
   double max_query_seconds = 60;
