@@ -35,7 +35,8 @@ Output: tables on stdout; --json prints the API message(s) as JSON instead (prot
   -q prints only ids of what was created or listed (the distance for 'distance'), nothing else.
 Exit codes:
   0  success
-  1  'check' found unsuppressed HARD or CONTAINED clashes; 'health' is not SERVING
+  1  'check' found unsuppressed HARD or CONTAINED clashes; 'validate' found a blocked step (an
+     undecided step counts as blocked); 'health' is not SERVING
   2  usage error (bad arguments, unreadable input file, unwritable output file)
   3  the server answered an error (printed as 'clashctl: <CODE>: <message>') or was unreachable)";
 
