@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The one test command (README quick start, .ci/run): installs what is missing, builds, runs
-# every test, fuzzes the request and worker-output parsers briefly, runs every test again under
-# ASan+UBSan, and checks formatting.
+# The one test command (README quick start, .ci/run): installs what is missing, checks
+# formatting, builds, runs the benchmark agreement checks and every test, fuzzes the request and
+# worker-output parsers briefly, and runs every test again under ASan+UBSan (CLASH_TEST_SCALE=0.1).
 # Usage: bash tests/run_all.sh            (as root on Debian 12, or with sudo available)
 # Env:   CLASH_JOBS (default 2), CLASH_SKIP_INSTALL=1, CLASH_SKIP_SANITIZE=1,
 #        CLASH_FUZZ_SECONDS (per fuzz target, default 30)
