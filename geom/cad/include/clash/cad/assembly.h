@@ -48,7 +48,7 @@ struct AssemblyPart {
 /// One placed occurrence of a part in the assembly tree.
 struct AssemblyInstance {
   /// Names from the root down, '/'-separated, unique among the instances, e.g.
-  /// "as1/nut-bolt-assembly:2/bolt". A segment is the name with '/' made '_', cut to
+  /// "as1/rod-assembly_1/rod_1". A segment is the name with '/' made '_', cut to
   /// kMaxPathSegmentBytes; a segment shared by siblings gets ":<n>" on each occurrence (1-based, in
   /// file order, skipping any n that gives another sibling's segment).
   std::string path;
