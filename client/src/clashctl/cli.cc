@@ -772,7 +772,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       ->capture_default_str();
   app.add_option("--timeout", globals.timeout_s,
                  "deadline of each call in seconds (default: 30 for edits, 60 for queries, 600 "
-                 "for imports)");
+                 "for imports, 1800 for sequences, 5 for health checks)");
   app.add_flag("--json", globals.json, "print API messages as JSON on stdout");
   app.add_flag("-q,--quiet", globals.quiet, "print only ids (see below), no progress");
   app.add_flag("--tls", globals.tls, "connect with TLS (implied by --tls-ca and --tls-cert)")
