@@ -190,7 +190,8 @@ absl::StatusOr<Response> Client::Call(Method method, const Request& request,
     status = method(&ctx, request, &response);
     if (status.ok()) return response;
     if (attempt >= attempts || !Retryable(status.error_code())) break;
-    // Full jitter: sleep a random time up to the backoff, never past the deadline.
+    // Equal jitter: sleep a random time from half the backoff to all of it, never past the
+    // deadline.
     if (!jitter) jitter.emplace(std::random_device{}());
     const auto sleep = std::chrono::milliseconds(
         std::uniform_int_distribution<int64_t>(backoff.count() / 2, backoff.count())(*jitter));
