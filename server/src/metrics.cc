@@ -47,6 +47,11 @@ void Metrics::AddGauge(std::string name, std::string help, std::function<double(
   gauges_.push_back({std::move(name), std::move(help), std::move(read)});
 }
 
+void Metrics::AddCounter(std::string name, std::string help, std::function<double()> read) {
+  std::lock_guard lock(mu_);
+  gauges_.push_back({std::move(name), std::move(help), std::move(read), "counter"});
+}
+
 std::string Metrics::Render() const {
   std::lock_guard lock(mu_);
   std::string out;
@@ -73,8 +78,8 @@ std::string Metrics::Render() const {
                     h.count, "\n");
   }
   for (const Gauge& g : gauges_) {
-    absl::StrAppend(&out, "# HELP ", g.name, " ", g.help, "\n# TYPE ", g.name, " gauge\n", g.name,
-                    " ", Num(g.read()), "\n");
+    absl::StrAppend(&out, "# HELP ", g.name, " ", g.help, "\n# TYPE ", g.name, " ", g.type, "\n",
+                    g.name, " ", Num(g.read()), "\n");
   }
   return out;
 }

@@ -23,6 +23,9 @@ class Metrics {
   void RecordRpc(std::string_view method, std::string_view code, double seconds);
   /// A gauge read when metrics are rendered.
   void AddGauge(std::string name, std::string help, std::function<double()> read);
+  /// A counter (a value that only grows from the start; by convention its name ends in
+  /// "_total") read when metrics are rendered.
+  void AddCounter(std::string name, std::string help, std::function<double()> read);
   /// All metrics, Prometheus text format.
   [[nodiscard]] std::string Render() const;
 
@@ -42,6 +45,7 @@ class Metrics {
     std::string name;
     std::string help;
     std::function<double()> read;
+    const char* type = "gauge";  // or "counter"
   };
   std::vector<Gauge> gauges_;
 };

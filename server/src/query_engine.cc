@@ -824,7 +824,7 @@ absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickReque
     geom::Ray& ray = rays[static_cast<std::size_t>(i)];
     ray.origin = FromProto(r.origin_mm());
     const geom::Vec3 dir = FromProto(r.direction());
-    const double len = dir.norm();
+    const double len = dir.stableNorm();  // no overflow or underflow of the squares
     if (!ray.origin.allFinite() || !dir.allFinite() || !(len > 0) || !std::isfinite(len)) {
       return absl::InvalidArgumentError(
           absl::StrCat("ray ", i, ": origin and direction must be finite, direction non-zero"));

@@ -135,6 +135,14 @@ absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, Pa
     if (!IsHexId(id, 's')) continue;
     auto scene = std::make_shared<Scene>(id);
     absl::Status st = store->Load(e.path().string(), *scene);
+    if (absl::IsUnavailable(st)) {
+      // The scene is sound; one of its parts is not (damaged, or above a lowered triangle
+      // limit). Moved aside, the scene would be lost for good; kept, it is served again by
+      // the first start at which its parts load.
+      LogLine(LogLevel::kError, absl::StrCat("scene store: scene ", id, " is not served: ",
+                                             st.message(), "; its file is kept"));
+      continue;
+    }
     if (!st.ok()) {
       LogLine(LogLevel::kError, absl::StrCat("scene store: cannot load ", e.path().string(), ": ",
                                              st.ToString(), "; moved aside to .damaged"));
@@ -174,7 +182,12 @@ absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
   for (const store::v1::StoredInstance& si : stored.instances()) {
     InstanceRec rec;
     rec.id = si.instance_id();
-    CLASH_ASSIGN_OR_RETURN(rec.part, parts_->Get(si.part_id()));
+    absl::StatusOr<std::shared_ptr<const PartEntry>> part = parts_->Get(si.part_id());
+    if (!part.ok()) {
+      return absl::UnavailableError(absl::StrCat("part ", si.part_id(), " of instance ", rec.id,
+                                                 " does not load: ", part.status().message()));
+    }
+    rec.part = *std::move(part);
     rec.path = si.path();
     rec.name = si.name();
     // Stored exactly as held: an instance of an assembly holds the product of the client's pose
@@ -241,10 +254,7 @@ absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
   if (it == scenes_.end() || it->second != scene) {
     return absl::NotFoundError(absl::StrCat("no scene ", id));
   }
-  std::error_code ec;
-  if (!std::filesystem::remove(ScenePath(id), ec) && ec) {
-    return absl::InternalError(absl::StrCat("cannot delete scene ", id, ": ", ec.message()));
-  }
+  CLASH_RETURN_IF_ERROR(RemoveFileDurably(ScenePath(id)));
   scene->deleted = true;  // an edit that fetched it before cannot write it back
   scenes_.erase(it);
   return absl::OkStatus();
@@ -271,7 +281,12 @@ absl::Status SceneStore::Commit(Scene& scene) {
   }
   std::string bytes;
   stored.SerializeToString(&bytes);
-  absl::Status st = WriteFileAtomically(ScenePath(scene.id()), bytes);
+  // What Load would refuse is not written (and the edit is undone below).
+  absl::Status st = bytes.size() > kMaxSceneFileBytes
+                        ? absl::ResourceExhaustedError(
+                              absl::StrCat("scene ", scene.id(), " would take ", bytes.size(),
+                                           " bytes on disk; at most ", kMaxSceneFileBytes))
+                        : WriteFileAtomically(ScenePath(scene.id()), bytes);
   if (!st.ok()) {
     LogLine(LogLevel::kError, absl::StrCat("scene store: ", st.ToString()));
     if (std::filesystem::exists(ScenePath(scene.id()))) {

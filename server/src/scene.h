@@ -101,7 +101,9 @@ class Scene {
 class SceneStore {
  public:
   /// Opens the folder and loads every scene (parts come from `parts`). A scene file that cannot
-  /// be read is logged and moved aside to <name>.damaged, never silently dropped.
+  /// be read is logged and moved aside to <name>.damaged, never silently dropped. A scene one
+  /// of whose parts does not load (a damaged part file, or a part above a lowered triangle
+  /// limit) is logged and not served; its file is kept for a later start.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<SceneStore>> Open(std::string dir,
                                                                         PartStore* parts);
 
@@ -121,7 +123,8 @@ class SceneStore {
       Scene& scene, absl::Time deadline);
 
   /// Writes the scene (hold its mu). On failure the in-memory scene is restored from its file,
-  /// so memory never runs ahead of the disk. NOT_FOUND for a deleted scene (nothing written).
+  /// so memory never runs ahead of the disk. NOT_FOUND for a deleted scene (nothing written),
+  /// RESOURCE_EXHAUSTED when the file would pass the 1 GiB that Open reads.
   [[nodiscard]] absl::Status Commit(Scene& scene);
 
  private:

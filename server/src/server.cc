@@ -123,6 +123,25 @@ absl::Status CheckGroupName(const std::string& group) {
   return absl::OkStatus();
 }
 
+// A tenant's query ticket and a slot of the shared query limiter, released together (the slot
+// first).
+struct QuerySlot {
+  Tenant::QueryTicket ticket;
+  WorkLimiter::Permit permit;
+};
+
+// Instance paths and names: at most 64 KiB each (a scene's file is read back with a cap, so
+// acknowledged edits must not grow it without bound).
+constexpr std::size_t kMaxInstanceTextBytes = 64 * 1024;
+
+absl::Status CheckInstanceText(const char* what, const std::string& text) {
+  if (text.size() > kMaxInstanceTextBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("instance ", what, " has ", text.size(),
+                                                   " bytes; at most ", kMaxInstanceTextBytes));
+  }
+  return absl::OkStatus();
+}
+
 // Page tokens of listings: the last id of the previous page.
 absl::StatusOr<std::size_t> PageSize(int requested, int fallback, int max) {
   if (requested < 0) return absl::InvalidArgumentError("page_size must be >= 0");
@@ -274,7 +293,7 @@ struct ClashServer::Impl {
         // Welding and the hierarchy (up to --max-part-triangles) are query-sized CPU work: they
         // take a query slot, so that uploads cannot oversubscribe the cores.
         const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, impl_->config.max_query_seconds));
-        CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, impl_->query_limiter.Acquire(stop));
+        CLASH_ASSIGN_OR_RETURN(QuerySlot slot, impl_->AcquireQuerySlot(t, stop));
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, t.parts().Put(in));
         *response = entry->info;
         return absl::OkStatus();
@@ -340,7 +359,7 @@ struct ClashServer::Impl {
           if (entry == nullptr) {
             // Running out of slots or time fails the page; a part that no longer loads (a
             // damaged file, or above a lowered --max-part-triangles) is left out and logged.
-            CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, impl_->query_limiter.Acquire(stop));
+            CLASH_ASSIGN_OR_RETURN(QuerySlot slot, impl_->AcquireQuerySlot(t, stop));
             CLASH_RETURN_IF_ERROR(stop());
             absl::StatusOr<std::shared_ptr<const PartEntry>> got = t.parts().Get(ids[i]);
             if (!got.ok()) {
@@ -583,6 +602,15 @@ struct ClashServer::Impl {
     Impl* impl_;
   };
 
+  // A query slot for tenant t: first the tenant's own ticket (RESOURCE_EXHAUSTED at once when
+  // it has its maximum of queries running or waiting), then a slot of the shared limiter.
+  absl::StatusOr<QuerySlot> AcquireQuerySlot(Tenant& t, const StopCheck& stop) {
+    QuerySlot slot;
+    CLASH_ASSIGN_OR_RETURN(slot.ticket, t.StartQuery());
+    CLASH_ASSIGN_OR_RETURN(slot.permit, query_limiter.Acquire(stop));
+    return slot;
+  }
+
   // Runs a read-only query on a scene under the query limiter and the call's deadline.
   template <class Fn>
   absl::Status RunQuery(Tenant& t, grpc::ServerContext* ctx, const std::string& scene_id, Fn&& fn,
@@ -591,7 +619,7 @@ struct ClashServer::Impl {
         CallDeadline(ctx, max_seconds > 0 ? max_seconds : config.max_query_seconds);
     const StopCheck stop = MakeStop(ctx, deadline);
     CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(scene_id));
-    CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, query_limiter.Acquire(stop));
+    CLASH_ASSIGN_OR_RETURN(QuerySlot slot, AcquireQuerySlot(t, stop));
     CLASH_RETURN_IF_ERROR(stop());
     std::shared_lock lock(scene->mu);
     return fn(*scene, stop);
@@ -605,7 +633,7 @@ struct ClashServer::Impl {
     if (std::shared_ptr<const PartEntry> entry = t.parts().Loaded(id)) return entry;
     // An unknown id is NOT_FOUND at once, however busy the slots are.
     if (!t.parts().Known(id)) return absl::NotFoundError(absl::StrCat("no part ", id));
-    CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, query_limiter.Acquire(stop));
+    CLASH_ASSIGN_OR_RETURN(QuerySlot slot, AcquireQuerySlot(t, stop));
     CLASH_RETURN_IF_ERROR(stop());
     return t.parts().Get(id);
   }
@@ -751,6 +779,8 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
     for (InstanceRec& item : pending) {
       if (item.path.empty()) item.path = absl::StrCat(item.name, ":", next_id);
       ++next_id;
+      CLASH_RETURN_IF_ERROR(CheckInstanceText("path", item.path));
+      CLASH_RETURN_IF_ERROR(CheckInstanceText("name", item.name));
       if (scene.by_path.contains(item.path) || !new_paths.insert(item.path).second) {
         return absl::InvalidArgumentError(
             absl::StrCat("an instance with path '", item.path, "' exists already"));
@@ -1029,6 +1059,9 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   TenantLimits limits;
   limits.max_storage_bytes = config.tenant_max_storage_bytes;
   limits.max_concurrent_imports = config.tenant_max_concurrent_imports;
+  limits.max_concurrent_queries = config.tenant_max_concurrent_queries >= 0
+                                      ? config.tenant_max_concurrent_queries
+                                      : std::max(1, (config.query_slots + config.query_queue) / 2);
   limits.requests_per_second = config.tenant_requests_per_second;
   limits.burst = config.tenant_burst;
   impl->tenants.emplace(config.data_dir, config.max_part_triangles, limits);
@@ -1050,8 +1083,8 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                          [raw] { return raw->query_limiter.running(); });
   impl->metrics.AddGauge("clashd_query_waiting", "Queries waiting for a slot.",
                          [raw] { return raw->query_limiter.waiting(); });
-  impl->metrics.AddGauge(
-      "clashd_query_helped_items",
+  impl->metrics.AddCounter(
+      "clashd_query_helped_items_total",
       "Items of queries (pairs, chunks of 16 rays) run on idle query slots since the start.",
       [raw] { return static_cast<double>(raw->query_helpers.helped()); });
   impl->metrics.AddGauge("clashd_query_helper_slots", "Query slots lent to helper threads.",

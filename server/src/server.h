@@ -63,6 +63,10 @@ struct ServerConfig {
   /// Per-tenant quotas (0: none): bytes on disk, imports at once, calls per second and burst.
   std::uint64_t tenant_max_storage_bytes = 0;
   int tenant_max_concurrent_imports = 0;
+  /// Queries (and part builds) per tenant running or waiting for a query slot at once; -1:
+  /// half of query_slots + query_queue (at least 1), so that one tenant's flood leaves room
+  /// for the others; 0: no limit.
+  int tenant_max_concurrent_queries = -1;
   double tenant_requests_per_second = 0;
   double tenant_burst = 0;
   /// No per-RPC log lines (tests).

@@ -14,6 +14,7 @@ namespace clash::server {
 
 using cad::ReadFileCapped;
 using cad::RemoveAbandonedTemporaries;
+using cad::RemoveFileDurably;
 using cad::WriteFileAtomically;
 
 /// True when every character is a lowercase hex digit (true for "").

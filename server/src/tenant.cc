@@ -69,6 +69,17 @@ absl::StatusOr<Tenant::ImportTicket> Tenant::StartImport() {
   return ticket;
 }
 
+absl::StatusOr<Tenant::QueryTicket> Tenant::StartQuery() {
+  if (!queries_) return QueryTicket();
+  absl::StatusOr<QueryTicket> ticket = queries_->Acquire([] { return absl::OkStatus(); });
+  if (absl::IsResourceExhausted(ticket.status())) {
+    return absl::ResourceExhaustedError(absl::StrCat("tenant '", name_, "' has ",
+                                                     limits_.max_concurrent_queries,
+                                                     " queries running or waiting already"));
+  }
+  return ticket;
+}
+
 absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& name) {
   if (!IsTenantName(name)) return absl::InvalidArgumentError("malformed tenant name");
   std::lock_guard lock(mu_);

@@ -25,6 +25,9 @@ struct TenantLimits {
   std::uint64_t max_storage_bytes = 0;
   /// Imports of the tenant running or waiting at once.
   int max_concurrent_imports = 0;
+  /// Queries (and part builds) of the tenant running or waiting for a query slot at once, so
+  /// that one tenant cannot fill every slot and the whole queue.
+  int max_concurrent_queries = 0;
   /// Calls per second (token bucket) and the burst above that rate.
   double requests_per_second = 0;
   double burst = 0;
@@ -54,6 +57,10 @@ class Tenant {
   using ImportTicket = WorkLimiter::Permit;
   /// RESOURCE_EXHAUSTED when the tenant already has its maximum of imports.
   [[nodiscard]] absl::StatusOr<ImportTicket> StartImport();
+  /// Held while a query of this tenant runs or waits for a query slot (empty without a limit).
+  using QueryTicket = WorkLimiter::Permit;
+  /// RESOURCE_EXHAUSTED when the tenant already has its maximum of queries.
+  [[nodiscard]] absl::StatusOr<QueryTicket> StartQuery();
 
  private:
   friend class TenantRegistry;
@@ -62,6 +69,8 @@ class Tenant {
     // No queue: an import beyond the limit is refused at once.
     if (limits.max_concurrent_imports > 0)
       imports_.emplace(name_, limits.max_concurrent_imports, 0);
+    if (limits.max_concurrent_queries > 0)
+      queries_.emplace(name_, limits.max_concurrent_queries, 0);
   }
 
   std::string name_;
@@ -71,6 +80,7 @@ class Tenant {
   std::unique_ptr<SceneStore> scenes_;
   std::optional<cad::ImportCache> import_cache_;
   std::optional<WorkLimiter> imports_;
+  std::optional<WorkLimiter> queries_;
   std::mutex bucket_mu_;
   double tokens_ = 0;
   std::chrono::steady_clock::time_point refilled_{};

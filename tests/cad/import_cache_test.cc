@@ -331,5 +331,19 @@ TEST_F(DurableFileTest, AFifoIsRefusedWithoutWaitingForAWriter) {
   EXPECT_THAT(read.get().status(), StatusIs(absl::StatusCode::kInternal, "not a regular file"));
 }
 
+// RemoveFileDurably removes a file (a missing one is no error) and reports what it cannot
+// remove. (That it syncs the folder is not observable without a crash.)
+TEST_F(DurableFileTest, RemoveFileDurablyRemovesAndReports) {
+  const fs::path file = dir_ / "scene.pb";
+  testing::WriteBytes(file, "x");
+  EXPECT_THAT(RemoveFileDurably(file.string()), IsOk());
+  EXPECT_FALSE(fs::exists(file));
+  EXPECT_THAT(RemoveFileDurably(file.string()), IsOk());
+  fs::create_directory(dir_ / "folder");
+  EXPECT_THAT(RemoveFileDurably((dir_ / "folder").string()),
+              StatusIs(absl::StatusCode::kInternal, "cannot remove"));
+  EXPECT_TRUE(fs::exists(dir_ / "folder"));
+}
+
 }  // namespace
 }  // namespace clash::cad

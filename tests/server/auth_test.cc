@@ -205,5 +205,28 @@ TEST_F(TenantTest, ConcurrentImportsAreCounted) {
   EXPECT_TRUE(t->StartImport().ok());  // tickets given back
 }
 
+// A tenant's queries (running or waiting for a shared query slot) are capped, so that one
+// tenant's flood cannot take every slot and place in the queue from another.
+TEST_F(TenantTest, ConcurrentQueriesAreCountedPerTenant) {
+  TenantLimits limits;
+  limits.max_concurrent_queries = 2;
+  TenantRegistry registry(dir_, 1000, limits);
+  std::shared_ptr<Tenant> t = *registry.Get("a");
+  {
+    absl::StatusOr<Tenant::QueryTicket> one = t->StartQuery();
+    absl::StatusOr<Tenant::QueryTicket> two = t->StartQuery();
+    ASSERT_TRUE(one.ok() && two.ok());
+    const absl::Status third = t->StartQuery().status();
+    EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_NE(third.message().find("2 queries running or waiting"), std::string::npos) << third;
+    EXPECT_TRUE((*registry.Get("b"))->StartQuery().ok());
+  }
+  EXPECT_TRUE(t->StartQuery().ok());  // tickets given back
+  TenantRegistry unlimited(dir_ + "/u", 1000, TenantLimits{});
+  std::shared_ptr<Tenant> u = *unlimited.Get("a");
+  std::vector<Tenant::QueryTicket> many;
+  for (int i = 0; i < 100; ++i) many.push_back(*u->StartQuery());
+}
+
 }  // namespace
 }  // namespace clash::server

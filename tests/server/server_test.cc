@@ -698,14 +698,14 @@ TEST_F(ServerTest, DisabledInstancesAreLeftOutOfWholeSceneQueries) {
   ASSERT_EQ(r->clashes_size(), 1);
   EXPECT_EQ(r->clashes(0).path_b(), "b");
 
-  auto pick = [&](const std::vector<uint64_t>& targets) {
+  auto pick = [&](const std::vector<uint64_t>& targets, double dx = 1) {
     v1::PickRequest req;
     req.set_scene_id(scene);
     v1::Ray* ray = req.add_rays();
     ray->mutable_origin_mm()->set_x(-10);
     ray->mutable_origin_mm()->set_y(0.25);
     ray->mutable_origin_mm()->set_z(0.25);
-    ray->mutable_direction()->set_x(1);
+    ray->mutable_direction()->set_x(dx);
     for (uint64_t id : targets) req.mutable_targets()->add_instance_ids(id);
     auto resp = client_->PickRays(req);
     EXPECT_THAT(resp.status(), IsOk());
@@ -720,6 +720,14 @@ TEST_F(ServerTest, DisabledInstancesAreLeftOutOfWholeSceneQueries) {
   ASSERT_TRUE(only_b.hit());
   EXPECT_EQ(only_b.instance_id(), b);
   EXPECT_NEAR(only_b.distance_mm(), 10.5, 1e-9);
+  // Directions need not be unit: lengths whose square underflows or overflows are no zero or
+  // infinite direction.
+  for (double dx : {1e-170, 1e200}) {
+    const v1::PickHit scaled = pick({}, dx);
+    EXPECT_TRUE(scaled.hit()) << dx;
+    EXPECT_EQ(scaled.instance_id(), a) << dx;
+    EXPECT_NEAR(scaled.distance_mm(), 9.0, 1e-9) << dx;
+  }
 }
 
 TEST_F(ServerTest, AllowedInterferenceIsReportedAsSuppressed) {
@@ -1247,10 +1255,13 @@ TEST_F(ServerTest, HelpersGiveTheSameAnswerAsOneThread) {
   // to the scheduler; QueryHelpers' own tests prove that they join).
   {
     const std::string body = FetchMetrics(server_->metrics_port());
-    const std::size_t at = body.find("\nclashd_query_helped_items ");
+    EXPECT_THAT(body, ::testing::HasSubstr("\n# TYPE clashd_query_helped_items_total counter\n"));
+    const std::string line = "\nclashd_query_helped_items_total ";
+    const std::size_t at = body.find(line);
     if (at != std::string::npos) {
+      const std::size_t from = at + line.size();
       ::testing::Test::RecordProperty("helped_items",
-                                      body.substr(at + 27, body.find('\n', at + 1) - at - 27));
+                                      body.substr(from, body.find('\n', from) - from));
     }
   }
   ServerConfig one_thread;
@@ -1343,6 +1354,47 @@ TEST_F(ServerTest, ScenesAndPartsSurviveARestart) {
   Restart();
   EXPECT_THAT(client_->GetScene(scene), StatusIs(absl::StatusCode::kNotFound, ""));
   EXPECT_THAT(client_->GetPart(box).status(), IsOk());
+}
+
+// A scene whose part does not load at a start (here: above a lowered triangle limit) is not
+// served then, but its file is kept: the next start with the old limit serves it again.
+// Before, it was moved aside to .damaged for good.
+TEST_F(ServerTest, ASceneWhosePartDoesNotLoadIsKeptForALaterStart) {
+  const std::string box = Upload(MakeBox(Vec3(5, 5, 5)), "box");  // 12 triangles
+  const std::string scene = NewScene();
+  Place(scene, box, RigidTransform::Identity(), "a");
+  ServerConfig small;
+  small.max_part_triangles = 6;
+  Restart(small);
+  EXPECT_THAT(client_->GetScene(scene), StatusIs(absl::StatusCode::kNotFound, ""));
+  Restart();
+  auto s = client_->GetScene(scene);
+  ASSERT_THAT(s.status(), IsOk());
+  EXPECT_EQ(s->instance_count(), 1u);
+}
+
+// Instance paths and names are at most 64 KiB: the scene's file is read back with a cap, and
+// edits it acknowledged must load again.
+TEST_F(ServerTest, InstancePathsAndNamesHaveALimit) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  const std::string longest(64 * 1024, 'p');
+  for (bool as_name : {false, true}) {
+    v1::AddInstancesRequest req;
+    req.set_scene_id(scene);
+    v1::PartPlacement* p = req.add_parts();
+    p->set_part_id(box);
+    if (as_name) p->set_path("named");
+    (as_name ? p->mutable_name() : p->mutable_path())->assign(longest + "x");
+    EXPECT_THAT(client_->AddInstances(req).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, as_name ? "name has" : "path has"));
+    (as_name ? p->mutable_name() : p->mutable_path())->assign(longest);
+    EXPECT_THAT(client_->AddInstances(req).status(), IsOk()) << as_name;
+  }
+  Restart();
+  auto s = client_->GetScene(scene);
+  ASSERT_THAT(s.status(), IsOk());
+  EXPECT_EQ(s->instance_count(), 2u);
 }
 
 // Stored poses are read back bit for bit: after a restart, instances at arbitrary rotations

@@ -67,6 +67,15 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
   return absl::OkStatus();
 }
 
+absl::Status RemoveFileDurably(const std::string& path) {
+  if (unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", Errno(errno)));
+  }
+  SyncDir(std::filesystem::path(path).parent_path().string());
+  return absl::OkStatus();
+}
+
 void RemoveAbandonedTemporaries(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {

@@ -17,6 +17,10 @@ namespace clash::cad {
 /// removed).
 [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
+/// Removes `path` durably: unlink, then fsync of its folder, so that a crash cannot bring the
+/// file back. OK when it did not exist; INTERNAL on other errors.
+[[nodiscard]] absl::Status RemoveFileDurably(const std::string& path);
+
 /// Removes the temporaries of WriteFileAtomically in `dir` (".tmp-<name>-<pid>-<n>") that a
 /// crash or a kill left behind: those of this process (call it when no write into `dir` is under
 /// way) and those whose process no longer runs. A live process's are kept: it may still rename
