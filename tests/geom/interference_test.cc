@@ -95,6 +95,35 @@ void ExpectWitnessesValid(const Part& a, const RigidTransform& X_WA, const Part&
   }
 }
 
+// Swapping the parts gives the same answer, witnesses swapped, also when the crossing pairs
+// are more than max_witness_pairs: the pairs collected (and with them the lattice and
+// beside-crossing candidates) must not depend on which part comes first. Two fine '+'-crossed
+// bars, the same part for both (their hierarchies tie at every level), no vertex inside the
+// other: only the crossing's candidates show the depth.
+TEST(ClassifyPair, SwappingTruncatedCrossingsGivesTheSameAnswer) {
+  const PartPtr bar = MakeSubdividedBox(Vec3(50, 5, 5), 12).Part();
+  auto rng = SeededRng(303);
+  int truncated = 0;
+  for (int i = 0; i < testing::Trials(20, 6); ++i) {
+    const Vec3 offset(Uniform(rng, -40, 40), Uniform(rng, -40, 40), Uniform(rng, -7, 7));
+    const RigidTransform X_WA = RandomPose(rng, 100);
+    const RigidTransform X_WB = X_WA * RigidTransform{AxisAngle(M_PI / 2, Vec3::UnitZ()), offset};
+    const PairClassification r = ClassifyPair(*bar, X_WA, *bar, X_WB, Tol(0.1));
+    const PairClassification s = ClassifyPair(*bar, X_WB, *bar, X_WA, Tol(0.1));
+    SCOPED_TRACE(::testing::Message() << "trial " << i << " offset " << offset.transpose());
+    truncated += r.intersections_truncated;
+    EXPECT_EQ(s.cls, r.cls);
+    EXPECT_EQ(s.uncertain, r.uncertain);
+    EXPECT_EQ(s.intersecting_pairs, r.intersecting_pairs);
+    EXPECT_EQ(s.depth_mm, r.depth_mm);
+    EXPECT_EQ(s.p_WA, r.p_WB);
+    EXPECT_EQ(s.p_WB, r.p_WA);
+    EXPECT_EQ(s.tri_a, r.tri_b);
+    EXPECT_EQ(s.tri_b, r.tri_a);
+  }
+  EXPECT_GE(truncated, 3);
+}
+
 // The answer for (a, b) again after one rigid motion of both, and with a and b swapped: the
 // same class, flags and values; witnesses moved along or swapped when `unique_witness` (where
 // the nearest or deepest point is not unique, any valid pair of witnesses will do).

@@ -13,6 +13,8 @@ stranger's CA) and a token file, and checks from Python (python3-grpcio) and thr
 - mutual TLS: no client certificate or one from another CA is refused, the certificate's
   common name is the tenant;
 - per-tenant rate limit, storage quota and concurrent-import limit answer RESOURCE_EXHAUSTED;
+- one tenant flooding the shared query slots and queue is refused beyond its concurrent-query
+  limit, and another tenant's query is still served (refused without the limit);
 - clashctl with --tls-ca and $CLASH_TOKEN (or --token-file) works, and without a token fails.
 
 Usage: security_test.py --bin-dir DIR --proto-dir DIR
@@ -447,6 +449,143 @@ class SecurityTest(unittest.TestCase):
             ch.close()
         finally:
             q.stop()
+
+    def test_one_tenants_query_flood_does_not_starve_another(self):
+        """--tenant-max-concurrent-queries: tenant A flooding the shared query pool (one slot,
+        six waiting) with long interference checks is refused beyond its own 2 queries, and
+        tenant B's check still gets a place. The same flood against a clashd without the
+        per-tenant cap (0) fills the pool, and B's check is refused there: the test would fail
+        without the cap."""
+        import grpc
+        from clash.v1 import common_pb2, parts_pb2, queries_pb2, scenes_pb2
+        exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+        a, b = self.md(TOKEN_A), self.md(TOKEN_B)
+        tolerance = iter(range(1, 1 << 20))  # a fresh contact tolerance per check: no pair cache
+
+        def request(scene_id):
+            return queries_pb2.InterferenceRequest(
+                scene_id=scene_id, page_size=10, tolerances=queries_pb2.Tolerances(
+                    contact_tolerance_mm=0.01 * next(tolerance)))
+
+        def check(stub, scene_id, md, **kwargs):
+            return stub.CheckInterference(request(scene_id), metadata=md, **kwargs)
+
+        def setup(server, instances):
+            """Tenant A's scene of overlapping spheres, grown until its whole-scene check takes
+            half a second or more, and tenant B's of two boxes."""
+            ch = self.channel(server)
+            s = self.stubs(ch)
+            v, t = sphere_mesh(20, 40)
+            part = s["parts"].UploadMesh(parts_pb2.UploadMeshRequest(
+                name="ball", vertices_mm=v, triangles=t), metadata=a, timeout=60).part_id
+            scene = s["scenes"].CreateScene(scenes_pb2.CreateSceneRequest(name="flood"),
+                                            metadata=a, timeout=30).scene_id
+            placed = 0
+            for _ in range(4):
+                s["scenes"].AddInstances(scenes_pb2.AddInstancesRequest(
+                    scene_id=scene, parts=[scenes_pb2.PartPlacement(
+                        part_id=part, name=f"ball{k}", pose=common_pb2.Pose(
+                            translation_mm=common_pb2.Vec3(x=1.5 * (k % 8), y=1.5 * (k // 8),
+                                                           z=0.7 * (k % 3))))
+                        for k in range(placed, instances)]), metadata=a, timeout=30)
+                placed = instances
+                start = time.time()
+                r = check(s["queries"], scene, a, timeout=120)
+                seconds = time.time() - start
+                print(f"\n  tenant A: {instances} instances, {r.summary.candidate_pairs} pairs, "
+                      f"whole-scene check {seconds:.2f} s", file=sys.stderr)
+                self.assertEqual(r.summary.cached_pairs, 0)
+                if seconds >= 0.5:
+                    break
+                instances = min(160, int(instances * min(2.0, (0.5 / max(seconds, 0.01))
+                                                         ** 0.5 * 1.5)) + 1)
+            v, t = h.box_mesh((10, 10, 10))
+            box = s["parts"].UploadMesh(parts_pb2.UploadMeshRequest(
+                name="box", vertices_mm=v, triangles=t), metadata=b, timeout=60).part_id
+            b_scene = s["scenes"].CreateScene(scenes_pb2.CreateSceneRequest(name="small"),
+                                              metadata=b, timeout=30).scene_id
+            s["scenes"].AddInstances(scenes_pb2.AddInstancesRequest(
+                scene_id=b_scene, parts=[scenes_pb2.PartPlacement(part_id=box, name="one"),
+                                         scenes_pb2.PartPlacement(part_id=box, name="two")]),
+                metadata=b, timeout=30)
+            ch.close()
+            return scene, b_scene, seconds, placed
+
+        def flood(server, scene, b_scene, calls):
+            """A's `calls` checks at once; once one of them is refused (the pool or A's share is
+            full), one check of B. Returns A's futures, B's response or RpcError, B's seconds."""
+            ch_a, ch_b = self.channel(server), self.channel(server)
+            qa, qb = self.stubs(ch_a)["queries"], self.stubs(ch_b)["queries"]
+            futures = [qa.CheckInterference.future(request(scene), metadata=a, timeout=120)
+                       for _ in range(calls)]
+            deadline = time.time() + 60
+            while time.time() < deadline and not any(
+                    f.done() and f.exception() is not None and f.exception().code() == exhausted
+                    for f in futures):
+                time.sleep(0.002)
+            start = time.time()
+            try:
+                got_b = check(qb, b_scene, b, timeout=120)
+            except grpc.RpcError as e:
+                got_b = e
+            return futures, got_b, time.time() - start, (ch_a, ch_b)
+
+        # With the cap: A has 2 queries running or waiting, B's check is served.
+        capped = start_clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
+                              "--query-slots", "1", "--query-queue", "6", "--query-helpers", "0",
+                              "--tenant-max-concurrent-queries", "2")
+        try:
+            scene, b_scene, seconds, instances = setup(capped, 24)
+            self.assertGreaterEqual(seconds, 0.2, "tenant A's check is too quick to flood with")
+            start = time.time()
+            futures, got_b, b_seconds, channels = flood(capped, scene, b_scene, 10)
+            self.assertNotIsInstance(got_b, grpc.RpcError,
+                                     f"tenant B refused with the per-tenant cap: {got_b}")
+            self.assertEqual(len(got_b.clashes), 1)
+            codes = []
+            for f in futures:
+                try:
+                    r = f.result(timeout=120)
+                    self.assertEqual(r.summary.instances, instances)
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as e:
+                    codes.append(e.code())
+                    self.assertEqual(e.code(), exhausted, e.details())
+                    self.assertIn("queries running or waiting", e.details())
+            print(f"  with the cap: tenant B's check {b_seconds:.2f} s; tenant A's 10 checks: "
+                  f"{codes.count(grpc.StatusCode.OK)} served, {codes.count(exhausted)} refused, "
+                  f"all done in {time.time() - start:.2f} s", file=sys.stderr)
+            # 2 at once; a third only if one finished before the last of the 10 arrived.
+            self.assertGreaterEqual(codes.count(grpc.StatusCode.OK), 2, codes)
+            self.assertGreaterEqual(codes.count(exhausted), 5, codes)
+            for ch in channels:
+                ch.close()
+        finally:
+            capped.stop()
+
+        # Without it (0): A's flood fills the slot and the queue, and B's check is refused.
+        open_pool = start_clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
+                                 "--query-slots", "1", "--query-queue", "6",
+                                 "--query-helpers", "0", "--tenant-max-concurrent-queries", "0")
+        try:
+            scene, b_scene, seconds, instances = setup(open_pool, instances)
+            futures, got_b, b_seconds, channels = flood(open_pool, scene, b_scene, 10)
+            self.assertIsInstance(got_b, grpc.RpcError,
+                                  "tenant B was served although tenant A filled the pool")
+            self.assertEqual(got_b.code(), exhausted, got_b.details())
+            self.assertIn("queue full", got_b.details())
+            refused = [f for f in futures if f.done() and f.exception() is not None]
+            self.assertTrue(refused)
+            for f in refused:
+                self.assertIn("queue full", f.exception().details())
+            print(f"  without the cap: tenant B refused in {b_seconds:.2f} s "
+                  f"({got_b.details()}); tenant A had {len(refused)} refused", file=sys.stderr)
+            for f in futures:
+                f.cancel()
+            for ch in channels:
+                ch.close()
+        finally:
+            open_pool.stop()
 
     def test_clashctl_with_tls_and_token(self):
         ctl = os.path.join(ARGS.bin_dir, "client", "clashctl")

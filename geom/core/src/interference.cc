@@ -1,6 +1,7 @@
 #include "clash/geom/interference.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -379,10 +380,69 @@ PairClassification ClassifyPair(const Part& a, const RigidTransform& X_WA, const
   return internal::ClassifyPairWith(a, X_WA, b, X_WB, tol, {});
 }
 
+namespace {
+
+// Whether (b, X_WB) comes before (a, X_WA) in an order that depends only on the posed parts:
+// their world boxes, sizes and poses. Equal keys are the same part at the same pose (up to
+// parts alike in all of these), where the order does not matter.
+bool ComesFirst(const Part& b, const RigidTransform& X_WB, const Part& a,
+                const RigidTransform& X_WA) {
+  auto key = [](const Part& p, const RigidTransform& X) {
+    const Aabb box = p.bounds().Transformed(X);
+    std::array<double, 20> k;
+    for (int i = 0; i < 3; ++i) {
+      k[i] = box.min[i];
+      k[3 + i] = box.max[i];
+      k[6 + i] = X.t[i];
+    }
+    k[9] = static_cast<double>(p.mesh().num_triangles());
+    k[10] = static_cast<double>(p.mesh().vertices().size());
+    for (int i = 0; i < 9; ++i) k[11 + i] = X.R(i / 3, i % 3);
+    return k;
+  };
+  return key(b, X_WB) < key(a, X_WA);
+}
+
+// ClassifyPair for the parts in the order given.
+PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                   const RigidTransform& X_WB, const PairTolerances& tol,
+                                   const internal::DepthOptions& options);
+
+Containment Swapped(Containment c) {
+  switch (c) {
+    case Containment::kAInsideB:
+      return Containment::kBInsideA;
+    case Containment::kBInsideA:
+      return Containment::kAInsideB;
+    default:
+      return c;
+  }
+}
+
+}  // namespace
+
 PairClassification internal::ClassifyPairWith(const Part& a, const RigidTransform& X_WA,
                                               const Part& b, const RigidTransform& X_WB,
                                               const PairTolerances& tol,
                                               const DepthOptions& options) {
+  // The parts in a canonical order, so that swapping them gives the same answer with the
+  // witnesses swapped: the crossing pairs collected (up to max_witness_pairs) and the
+  // candidates made from them follow the order of the walk.
+  if (ComesFirst(b, X_WB, a, X_WA)) {
+    PairClassification r = ClassifyOrdered(b, X_WB, a, X_WA, tol, options);
+    std::swap(r.p_WA, r.p_WB);
+    std::swap(r.tri_a, r.tri_b);
+    r.containment = Swapped(r.containment);
+    return r;
+  }
+  return ClassifyOrdered(a, X_WA, b, X_WB, tol, options);
+}
+
+namespace {
+
+PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                   const RigidTransform& X_WB, const PairTolerances& tol,
+                                   const internal::DepthOptions& options) {
   PairClassification r;
   const double contact = std::max(0.0, tol.contact_mm);
   const double clearance = std::max(0.0, tol.clearance_mm);
@@ -490,5 +550,7 @@ PairClassification internal::ClassifyPairWith(const Part& a, const RigidTransfor
   }
   return r;
 }
+
+}  // namespace
 
 }  // namespace clash::geom

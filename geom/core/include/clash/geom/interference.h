@@ -109,7 +109,10 @@ struct PairClassification {
 };
 
 /// Classifies the pair of posed parts (a at X_WA, b at X_WB); see the top of this file.
-/// Swapping a and b gives the same class with the witnesses swapped.
+/// Swapping a and b gives the same answer, bit for bit, with the witnesses swapped: the parts
+/// are taken in an order that depends only on their world boxes, sizes and poses (which part
+/// comes first decides which crossing pairs are collected when there are more than
+/// max_witness_pairs).
 [[nodiscard]] PairClassification ClassifyPair(const Part& a, const RigidTransform& X_WA,
                                               const Part& b, const RigidTransform& X_WB,
                                               const PairTolerances& tol);
