@@ -55,18 +55,6 @@ double SurfaceDistance(const Part& p, const RigidTransform& X_WP, const Vec3& p_
   return testing::BruteClosestPoint(p.mesh(), X_WP.Inverse() * p_W).first;
 }
 
-Containment Swapped(Containment c) {
-  switch (c) {
-    case Containment::kAInsideB:
-      return Containment::kBInsideA;
-    case Containment::kBInsideA:
-      return Containment::kAInsideB;
-    case Containment::kNone:
-      return Containment::kNone;
-  }
-  return c;
-}
-
 void ExpectNearOrBothInf(double got, double want, double tol, const char* what) {
   if (std::isinf(want)) {
     EXPECT_EQ(got, want) << what;

@@ -408,17 +408,6 @@ PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, co
                                    const RigidTransform& X_WB, const PairTolerances& tol,
                                    const internal::DepthOptions& options);
 
-Containment Swapped(Containment c) {
-  switch (c) {
-    case Containment::kAInsideB:
-      return Containment::kBInsideA;
-    case Containment::kBInsideA:
-      return Containment::kAInsideB;
-    default:
-      return c;
-  }
-}
-
 }  // namespace
 
 PairClassification internal::ClassifyPairWith(const Part& a, const RigidTransform& X_WA,

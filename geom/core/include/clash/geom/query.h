@@ -44,6 +44,13 @@ enum class Containment : uint8_t {
   kBInsideA,  ///< Part b (or one of its solids) lies inside part a.
 };
 
+/// The same containment seen with the parts swapped (a inside b becomes b inside a).
+[[nodiscard]] constexpr Containment Swapped(Containment c) {
+  return c == Containment::kAInsideB   ? Containment::kBInsideA
+         : c == Containment::kBInsideA ? Containment::kAInsideB
+                                       : c;
+}
+
 /// For two parts whose surfaces do not cross: whether one lies inside the other (both meshes
 /// must be closed; otherwise kNone). A part made of several solids (TriangleMesh::shells)
 /// counts as inside when any of them is: one vertex of each shell whose bounds fit in the
