@@ -95,8 +95,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 10000));
   app.add_option("--tenant-max-concurrent-queries", config.tenant_max_concurrent_queries,
-                 "Per-tenant queries running or waiting for a slot at once (-1: half of "
-                 "--query-slots plus --query-queue; 0: no limit)")
+                 "Per-tenant queries running or waiting for a slot at once (-1: with --tokens or "
+                 "--tls-client-ca, half of --query-slots plus --query-queue, else no limit; 0: "
+                 "no limit)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1000000));
   app.add_option("--tenant-requests-per-second", config.tenant_requests_per_second,

@@ -274,11 +274,10 @@ absl::Status ResolveAllowRules(
     rule.name = r.name();
     CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> a, SelectInstances(scene, r.a()));
     rule.a = ToSet(a);
-    // An empty b (unset, or present without criteria, as a client that merely touched the
-    // field sends it) means the pairs within a: read as "every instance", it would suppress
-    // every clash of a with anything.
-    rule.pairs_within_a = SelectsAll(r.b());
-    if (!rule.pairs_within_a) {
+    // b unset: the pairs within a; b present, like every selector, chooses every instance when
+    // it names nothing (a against the whole scene, as for InterferenceRequest.set_b).
+    rule.pairs_within_a = !r.has_b();
+    if (r.has_b()) {
       CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> b, SelectInstances(scene, r.b()));
       rule.b = ToSet(b);
     }

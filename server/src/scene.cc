@@ -141,6 +141,7 @@ absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, Pa
       // the first start at which its parts load.
       LogLine(LogLevel::kError, absl::StrCat("scene store: scene ", id, " is not served: ",
                                              st.message(), "; its file is kept"));
+      store->unserved_.emplace(id, std::string(st.message()));
       continue;
     }
     if (!st.ok()) {
@@ -218,7 +219,14 @@ absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Create(const std::string& nam
 absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Get(const std::string& id) const {
   std::lock_guard lock(mu_);
   auto it = scenes_.find(id);
-  if (it == scenes_.end()) return absl::NotFoundError(absl::StrCat("no scene ", id));
+  if (it == scenes_.end()) {
+    if (auto u = unserved_.find(id); u != unserved_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("scene ", id, " is not served: ", u->second,
+                       "; a start at which its parts load serves it again, or delete it"));
+    }
+    return absl::NotFoundError(absl::StrCat("no scene ", id));
+  }
   return it->second;
 }
 
@@ -244,6 +252,14 @@ absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> SceneStore::LockForWri
 }
 
 absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto u = unserved_.find(id); u != unserved_.end()) {
+      CLASH_RETURN_IF_ERROR(RemoveFileDurably(ScenePath(id)));
+      unserved_.erase(u);
+      return absl::OkStatus();
+    }
+  }
   CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, Get(id));
   // The scene's lock first, without the store's: a query may hold it for long, and Get must
   // not wait for that.
@@ -279,14 +295,16 @@ absl::Status SceneStore::Commit(Scene& scene) {
     si->set_enabled(rec.enabled);
     for (const std::string& g : rec.groups) si->add_groups(g);
   }
-  std::string bytes;
-  stored.SerializeToString(&bytes);
   // What Load would refuse is not written (and the edit is undone below).
-  absl::Status st = bytes.size() > kMaxSceneFileBytes
-                        ? absl::ResourceExhaustedError(
-                              absl::StrCat("scene ", scene.id(), " would take ", bytes.size(),
-                                           " bytes on disk; at most ", kMaxSceneFileBytes))
-                        : WriteFileAtomically(ScenePath(scene.id()), bytes);
+  const std::size_t size = stored.ByteSizeLong();
+  std::string bytes;
+  absl::Status st =
+      size > kMaxSceneFileBytes ? absl::ResourceExhaustedError(
+                                      absl::StrCat("scene ", scene.id(), " would take ", size,
+                                                   " bytes on disk; at most ", kMaxSceneFileBytes))
+      : !stored.SerializeToString(&bytes)
+          ? absl::InternalError(absl::StrCat("scene ", scene.id(), " does not serialize"))
+          : WriteFileAtomically(ScenePath(scene.id()), bytes);
   if (!st.ok()) {
     LogLine(LogLevel::kError, absl::StrCat("scene store: ", st.ToString()));
     if (std::filesystem::exists(ScenePath(scene.id()))) {

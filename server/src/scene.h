@@ -103,12 +103,13 @@ class SceneStore {
   /// Opens the folder and loads every scene (parts come from `parts`). A scene file that cannot
   /// be read is logged and moved aside to <name>.damaged, never silently dropped. A scene one
   /// of whose parts does not load (a damaged part file, or a part above a lowered triangle
-  /// limit) is logged and not served; its file is kept for a later start.
+  /// limit) is logged and not served; its file is kept for a later start (Get answers
+  /// FAILED_PRECONDITION with the reason; Delete removes it).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<SceneStore>> Open(std::string dir,
                                                                         PartStore* parts);
 
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Scene>> Create(const std::string& name);
-  /// NOT_FOUND for an unknown id.
+  /// NOT_FOUND for an unknown id; FAILED_PRECONDITION for a scene Open kept but does not serve.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Scene>> Get(const std::string& id) const;
   /// Up to `limit` scenes with ids greater than `after`, in id order.
   [[nodiscard]] std::vector<std::shared_ptr<Scene>> List(const std::string& after,
@@ -136,6 +137,7 @@ class SceneStore {
   PartStore* parts_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Scene>> scenes_;
+  std::map<std::string, std::string> unserved_;  // kept on disk, not served: id -> why
 };
 
 }  // namespace clash::server

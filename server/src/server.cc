@@ -777,10 +777,11 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
     std::set<std::string> new_paths;
     uint64_t next_id = scene.next_instance_id;
     for (InstanceRec& item : pending) {
+      CLASH_RETURN_IF_ERROR(CheckInstanceText("name", item.name));
+      CLASH_RETURN_IF_ERROR(CheckInstanceText("path", item.path));
+      // (A path made from a name is at most 21 bytes longer than the limit.)
       if (item.path.empty()) item.path = absl::StrCat(item.name, ":", next_id);
       ++next_id;
-      CLASH_RETURN_IF_ERROR(CheckInstanceText("path", item.path));
-      CLASH_RETURN_IF_ERROR(CheckInstanceText("name", item.name));
       if (scene.by_path.contains(item.path) || !new_paths.insert(item.path).second) {
         return absl::InvalidArgumentError(
             absl::StrCat("an instance with path '", item.path, "' exists already"));
@@ -1059,9 +1060,13 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   TenantLimits limits;
   limits.max_storage_bytes = config.tenant_max_storage_bytes;
   limits.max_concurrent_imports = config.tenant_max_concurrent_imports;
-  limits.max_concurrent_queries = config.tenant_max_concurrent_queries >= 0
-                                      ? config.tenant_max_concurrent_queries
-                                      : std::max(1, (config.query_slots + config.query_queue) / 2);
+  // The default caps a tenant only where there can be several (tokens, or client
+  // certificates): a single tenant keeps every slot and place in the queue.
+  const bool several_tenants = !config.tokens_file.empty() || !config.tls_client_ca_file.empty();
+  limits.max_concurrent_queries =
+      config.tenant_max_concurrent_queries >= 0 ? config.tenant_max_concurrent_queries
+      : several_tenants ? std::max(1, (config.query_slots + config.query_queue) / 2)
+                        : 0;
   limits.requests_per_second = config.tenant_requests_per_second;
   limits.burst = config.tenant_burst;
   impl->tenants.emplace(config.data_dir, config.max_part_triangles, limits);

@@ -64,8 +64,9 @@ struct ServerConfig {
   std::uint64_t tenant_max_storage_bytes = 0;
   int tenant_max_concurrent_imports = 0;
   /// Queries (and part builds) per tenant running or waiting for a query slot at once; -1:
-  /// half of query_slots + query_queue (at least 1), so that one tenant's flood leaves room
-  /// for the others; 0: no limit.
+  /// with tokens or client certificates (several tenants), half of query_slots + query_queue
+  /// (at least 1), so that one tenant's flood leaves room for the others, and otherwise no
+  /// limit; 0: no limit.
   int tenant_max_concurrent_queries = -1;
   double tenant_requests_per_second = 0;
   double tenant_burst = 0;

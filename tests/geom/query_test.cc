@@ -521,6 +521,29 @@ TEST(Containment, FindsOneSolidOfAPartInside) {
     const RigidTransform X_out = X_WH * RigidTransform::Translation(Vec3(10, 0, 0));
     EXPECT_EQ(FindContainment(*two, X_out, *housing, X_WH), Containment::kNone);
   }
+  // A solid 4.5 mm inside the housing's walls beside one 0.2 mm outside them: the CONTAINED
+  // answer measures and shows the solid inside (the nearest surface of the whole part is the
+  // other one's, 0.2 mm away), in both argument orders.
+  const auto near =
+      MakeBox(Vec3(0.5, 0.5, 0.5)).Plus(MakeBox(Vec3(0.5, 0.5, 0.5), Vec3(5.7, 0, 0))).Part();
+  for (int trial = 0; trial < 5; ++trial) {
+    const RigidTransform X_WH = RandomPose(rng, 100);
+    const PairTolerances tol{0.1, 0, 64, 4096};
+    const PairClassification c = ClassifyPair(*near, X_WH, *housing, X_WH, tol);
+    ASSERT_EQ(c.cls, ClashClass::kContained);
+    EXPECT_NEAR(c.depth_mm, 4.5, 1e-9);
+    EXPECT_NEAR(c.distance_mm, 4.5, 1e-9);
+    EXPECT_LT((X_WH.Inverse() * c.p_WA).cwiseAbs().maxCoeff(), 0.5 + 1e-9);   // the inner solid
+    EXPECT_NEAR((X_WH.Inverse() * c.p_WB).cwiseAbs().maxCoeff(), 5.0, 1e-9);  // a housing wall
+    EXPECT_NEAR((c.p_WA - c.p_WB).norm(), 4.5, 1e-9);
+    const Vec3 p_A = X_WH.Inverse() * c.p_WA;
+    EXPECT_LT((ClosestPointOnTriangle(p_A, near->mesh().triangle(c.tri_a)) - p_A).norm(), 1e-9);
+    const PairClassification s = ClassifyPair(*housing, X_WH, *near, X_WH, tol);
+    EXPECT_EQ(s.containment, Containment::kBInsideA);
+    EXPECT_EQ(s.depth_mm, c.depth_mm);
+    EXPECT_EQ(s.p_WA, c.p_WB);
+    EXPECT_EQ(s.tri_b, c.tri_a);
+  }
 }
 
 // The same rigid motion applied to both parts leaves every answer unchanged; swapping the

@@ -506,15 +506,34 @@ PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, co
   }
 
   // 2. One part inside the other.
-  r.containment = FindContainment(a, X_WA, b, X_WB);
+  Vec3 inside_W;  // a vertex of the part inside
+  r.containment = FindContainment(a, X_WA, b, X_WB, &inside_W);
   if (r.containment != Containment::kNone) {
-    const DistanceResult d = Distance(a, X_WA, b, X_WB);
     r.cls = ClashClass::kContained;
-    r.depth_mm = r.distance_mm = d.distance;
-    r.p_WA = d.p_WA;
-    r.p_WB = d.p_WB;
-    r.tri_a = d.tri_a;
-    r.tri_b = d.tri_b;
+    const bool a_inside = r.containment == Containment::kAInsideB;
+    const Part& inner = a_inside ? a : b;
+    if (inner.mesh().shells().size() <= 1) {
+      const DistanceResult d = Distance(a, X_WA, b, X_WB);
+      r.depth_mm = r.distance_mm = d.distance;
+      r.p_WA = d.p_WA;
+      r.p_WB = d.p_WB;
+      r.tri_a = d.tri_a;
+      r.tri_b = d.tri_b;
+      return r;
+    }
+    // One of several solids is inside: the other surface's distance from the vertex of that
+    // solid (the nearest surface of the whole part may be a solid outside).
+    const Part& outer = a_inside ? b : a;
+    const RigidTransform& X_WI = a_inside ? X_WA : X_WB;
+    const RigidTransform& X_WO = a_inside ? X_WB : X_WA;
+    const PointDistanceResult o = ClosestPoint(outer, X_WO.Inverse() * inside_W);
+    const PointDistanceResult on = ClosestPoint(inner, X_WI.Inverse() * inside_W);  // its face
+    r.depth_mm = r.distance_mm = o.distance;
+    const Vec3 p_WO = X_WO * o.p_PC;
+    r.p_WA = a_inside ? inside_W : p_WO;
+    r.p_WB = a_inside ? p_WO : inside_W;
+    r.tri_a = a_inside ? on.triangle : o.triangle;
+    r.tri_b = a_inside ? o.triangle : on.triangle;
     return r;
   }
 

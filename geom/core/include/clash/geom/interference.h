@@ -28,8 +28,10 @@
 //     max_depth_samples is 0, the depth cannot be estimated reliably: kHard with
 //     uncertain = true, and the depth from whichever side has a closed container (0 if none).
 //  2. Otherwise FindContainment: one part (or one of its solids) inside the other gives
-//     kContained, with depth_mm
-//     and distance_mm both the surface distance between them and its closest points.
+//     kContained, with depth_mm and distance_mm both the surface distance between them and its
+//     closest points; for a part of several solids (TriangleMesh::shells), the distance of
+//     the other surface from the vertex of the solid inside that FindContainment tested, and
+//     that vertex (the nearest surface of the whole part may be that of a solid outside).
 //  3. Otherwise Distance with the search bound max(1.25 τ, clearance): d <= τ is kContact,
 //     d < clearance is kClearance, anything else kClear.
 //
