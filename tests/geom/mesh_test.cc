@@ -167,6 +167,17 @@ TEST(TriangleMesh, FindsTheShellsOfAClosedMesh) {
   std::shuffle(order.begin(), order.end(), testing::SeededRng(5));
   check(TriangleMesh(two).Reordered(order));
 
+  // Two cubes touching at one corner (welded into one vertex; every edge still has two
+  // triangles): two shells, each with its own bounds.
+  const TriangleMesh corner =
+      MakeBox(Vec3(1, 1, 1)).Plus(MakeBox(Vec3(1, 1, 1), Vec3(2, 2, 2))).Build();
+  ASSERT_TRUE(corner.IsClosed());
+  EXPECT_LT(corner.vertices().size(), 16u);  // the corner is shared
+  ASSERT_EQ(corner.shells().size(), 2u);
+  for (const MeshShell& s : corner.shells()) {
+    EXPECT_NEAR((s.bounds.max - s.bounds.min).maxCoeff(), 2.0, 1e-12);
+  }
+
   auto open = MakeBox(Vec3(1, 1, 1));
   open.t.pop_back();
   EXPECT_TRUE(open.Build().shells().empty());

@@ -77,19 +77,25 @@ std::vector<uint32_t> Weld(const std::vector<Vec3>& v, double tol, std::size_t* 
   return rep;
 }
 
-// Counts edge uses: closedness and orientation.
-void AnalyseEdges(const std::vector<TriangleMesh::Index3>& tris, MeshStats* stats) {
+// Counts edge uses: closedness and orientation. For a closed mesh, also joins the two
+// triangles of every edge in `parent` (a union-find forest over the triangles, roots the
+// smallest index): its trees are the shells.
+void AnalyseEdges(const std::vector<TriangleMesh::Index3>& tris, MeshStats* stats,
+                  std::vector<uint32_t>* parent) {
   struct Use {
     uint32_t count = 0;
-    int32_t balance = 0;  // +1 for each use lo->hi, -1 for hi->lo
+    int32_t balance = 0;       // +1 for each use lo->hi, -1 for hi->lo
+    uint32_t tri[2] = {0, 0};  // the first two triangles using it
   };
   std::unordered_map<uint64_t, Use> edges;
   edges.reserve(tris.size() * 2);
-  for (const auto& t : tris) {
+  for (uint32_t ti = 0; ti < tris.size(); ++ti) {
+    const auto& t = tris[ti];
     for (int i = 0; i < 3; ++i) {
       uint32_t a = t[i], b = t[(i + 1) % 3];
       uint64_t key = a < b ? (uint64_t{a} << 32 | b) : (uint64_t{b} << 32 | a);
       Use& u = edges[key];
+      if (u.count < 2) u.tri[u.count] = ti;
       ++u.count;
       u.balance += a < b ? 1 : -1;
     }
@@ -101,32 +107,38 @@ void AnalyseEdges(const std::vector<TriangleMesh::Index3>& tris, MeshStats* stat
   }
   stats->closed = !tris.empty() && stats->boundary_edges == 0 && stats->nonmanifold_edges == 0;
   stats->oriented = stats->closed && stats->misoriented_edges == 0;
+  if (!stats->oriented) return;
+  parent->resize(tris.size());
+  std::iota(parent->begin(), parent->end(), 0u);
+  auto root = [&](uint32_t x) {
+    while ((*parent)[x] != x) x = (*parent)[x] = (*parent)[(*parent)[x]];  // path halving
+    return x;
+  };
+  for (const auto& [key, u] : edges) {
+    const uint32_t x = root(u.tri[0]), y = root(u.tri[1]);
+    if (x != y) (*parent)[std::max(x, y)] = std::min(x, y);
+  }
 }
 
-// The connected pieces of a mesh whose vertices are all used, by smallest vertex index.
+// The shells of a closed mesh from the forest of AnalyseEdges: triangles joined through their
+// edges, so solids that only touch at a vertex are separate shells (joined through vertices,
+// one buried in a housing beside one outside it would share one box). Ordered by their first
+// triangle; each shell's vertex is that triangle's first.
 std::vector<MeshShell> FindShells(const std::vector<Vec3>& vertices,
-                                  const std::vector<TriangleMesh::Index3>& tris) {
-  std::vector<uint32_t> parent(vertices.size());
-  std::iota(parent.begin(), parent.end(), 0u);
-  auto root = [&](uint32_t v) {
-    while (parent[v] != v) v = parent[v] = parent[parent[v]];  // path halving
-    return v;
-  };
-  for (const auto& t : tris) {
-    for (int i = 1; i < 3; ++i) {
-      const uint32_t x = root(t[0]), y = root(t[i]);
-      if (x != y) parent[std::max(x, y)] = std::min(x, y);  // the root is the smallest index
-    }
-  }
+                                  const std::vector<TriangleMesh::Index3>& tris,
+                                  std::vector<uint32_t>& parent) {
   std::vector<MeshShell> shells;
-  std::vector<uint32_t> shell_of(vertices.size());
-  for (uint32_t v = 0; v < vertices.size(); ++v) {
-    const uint32_t r = root(v);
-    if (r == v) {
-      shell_of[v] = static_cast<uint32_t>(shells.size());
-      shells.push_back({Aabb(), v});
+  std::vector<uint32_t> shell_of(tris.size());
+  for (uint32_t t = 0; t < tris.size(); ++t) {
+    uint32_t r = t;
+    while (parent[r] != r) r = parent[r];
+    parent[t] = r;  // (roots are smaller: already final)
+    if (r == t) {
+      shell_of[t] = static_cast<uint32_t>(shells.size());
+      shells.push_back({Aabb(), tris[t][0]});
     }
-    shells[shell_of[r]].bounds.Add(vertices[v]);
+    MeshShell& s = shells[shell_of[r]];
+    for (uint32_t v : tris[t]) s.bounds.Add(vertices[v]);
   }
   return shells;
 }
@@ -215,12 +227,13 @@ absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
   m.tags_.shrink_to_fit();
   m.source_index_.shrink_to_fit();
   for (const Vec3& p : m.vertices_) m.bounds_.Add(p);
-  AnalyseEdges(m.triangles_, &m.stats_);
+  std::vector<uint32_t> shell_forest;
+  AnalyseEdges(m.triangles_, &m.stats_, &shell_forest);
   if (m.stats_.oriented && m.SignedVolume() < 0.0) {
     for (Index3& t : m.triangles_) std::swap(t[1], t[2]);
     m.stats_.turned_outward = true;
   }
-  if (m.stats_.oriented) m.shells_ = FindShells(m.vertices_, m.triangles_);
+  if (m.stats_.oriented) m.shells_ = FindShells(m.vertices_, m.triangles_, shell_forest);
   return m;
 }
 

@@ -45,8 +45,9 @@ struct MeshStats {
   bool turned_outward = false;
 };
 
-/// A connected piece of a mesh's surface (triangles joined through shared vertices): one of
-/// the solids of a part made of several, or the shell of a void inside a solid.
+/// A connected piece of a closed mesh's surface (triangles joined through shared edges): one of
+/// the solids of a part made of several, or the shell of a void inside a solid. Solids that
+/// touch at a vertex only are separate shells.
 struct MeshShell {
   Aabb bounds;          ///< Bounds of its vertices.
   uint32_t vertex = 0;  ///< One of its vertices.
