@@ -385,6 +385,22 @@ TEST(ClassifyPair, EnteringSideCandidatesGiveTheDepthOfBothSides) {
   EXPECT_GT(hard, crossing / 4);
 }
 
+// A part of two solids, the small one given inside out, classifies like the part given
+// outward: its shell is turned at creation (the inside test by the closest face's pseudo-normal
+// trusts the winding). The block dips 0.5 mm into the small solid (τ 0.3): HARD.
+TEST(ClassifyPair, ASolidGivenInsideOutBesideAnotherClassifiesLikeOutward) {
+  const RawMesh big = MakeBox(Vec3(5, 5, 5)), small = MakeBox(Vec3(1, 1, 1), Vec3(20, 0, 0));
+  const PartPtr good = big.Plus(small).Part(), mixed = big.Plus(small.Reversed()).Part();
+  EXPECT_EQ(mixed->mesh().stats().shells_turned, 1u);
+  const PartPtr block = MakeBox(Vec3(0.2, 0.2, 1), Vec3(20, 0, 1.5)).Part();
+  const PairClassification want = ClassifyPair(*good, {}, *block, {}, Tol(0.3));
+  const PairClassification got = ClassifyPair(*mixed, {}, *block, {}, Tol(0.3));
+  EXPECT_EQ(want.cls, ClashClass::kHard);
+  EXPECT_NEAR(want.depth_mm, 0.5, kExact);
+  EXPECT_EQ(got.cls, want.cls);
+  EXPECT_EQ(got.depth_mm, want.depth_mm);
+}
+
 // A closed mesh given inside out (every triangle wound the other way) is turned outward at
 // creation, so it classifies exactly like the same mesh given outward.
 TEST(ClassifyPair, InsideOutMeshesClassifyLikeOutwardOnes) {

@@ -16,6 +16,7 @@ using testing::IsOk;
 using testing::MakeBox;
 using testing::MakeCylinder;
 using testing::MakeSubdividedBox;
+using testing::RawMesh;
 using testing::StatusIs;
 
 TEST(TriangleMesh, ClosedBoxHasVolumeAndArea) {
@@ -259,6 +260,38 @@ TEST(TriangleMesh, InsideOutClosedMeshIsTurnedOutward) {
   auto open = inside_out;
   open.t.pop_back();
   EXPECT_FALSE(open.Build().stats().turned_outward);
+}
+
+// Each shell is turned on its own: a solid's faces out, a void's in (by how many other shells
+// hold it). Turning the whole mesh by its total volume left a small solid given inside out
+// beside a big one reversed.
+TEST(TriangleMesh, EachShellIsTurnedToFaceOutOfTheMaterial) {
+  struct Case {
+    const char* name;
+    RawMesh raw;
+    std::size_t turned;
+    double volume;
+  };
+  const RawMesh big = MakeBox(Vec3(5, 5, 5)), small = MakeBox(Vec3(1, 1, 1), Vec3(20, 0, 0));
+  const RawMesh cavity = MakeBox(Vec3(3, 3, 3)), core = MakeBox(Vec3(1, 1, 1));
+  const std::vector<Case> cases = {
+      {"two solids", big.Plus(small), 0, 1000 + 8},
+      {"a solid inside out beside one outward", big.Plus(small.Reversed()), 1, 1000 + 8},
+      {"a hollow block, its void facing in", big.Plus(cavity.Reversed()), 0, 1000 - 216},
+      {"a hollow block, its void facing out", big.Plus(cavity), 1, 1000 - 216},
+      {"a hollow block inside out", big.Reversed().Plus(cavity), 2, 1000 - 216},
+      {"a core in a void", big.Plus(cavity.Reversed()).Plus(core), 0, 1000 - 216 + 8},
+      {"a core in a void, all outward", big.Plus(cavity).Plus(core), 1, 1000 - 216 + 8},
+      {"a core in a void, all inward", big.Reversed().Plus(cavity.Reversed()).Plus(core.Reversed()),
+       2, 1000 - 216 + 8},
+  };
+  for (const Case& c : cases) {
+    const TriangleMesh m = c.raw.Build();
+    ASSERT_TRUE(m.IsClosed()) << c.name;
+    EXPECT_EQ(m.stats().shells_turned, c.turned) << c.name;
+    EXPECT_EQ(m.stats().turned_outward, c.turned == m.shells().size()) << c.name;
+    EXPECT_NEAR(m.SignedVolume(), c.volume, 1e-9) << c.name;
+  }
 }
 
 TEST(TriangleMesh, CylinderVolumeConverges) {

@@ -111,6 +111,12 @@ struct RawMesh {
     for (Vec3& p : m.v) p = X * p;
     return m;
   }
+  /// The same triangles, each wound the other way (a closed surface turned inside out).
+  RawMesh Reversed() const {
+    RawMesh m = *this;
+    for (auto& f : m.t) std::swap(f[1], f[2]);
+    return m;
+  }
   /// These triangles and those of `other` as one mesh (a part of several solids).
   RawMesh Plus(const RawMesh& other) const {
     RawMesh m = *this;

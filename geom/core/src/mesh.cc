@@ -77,6 +77,10 @@ std::vector<uint32_t> Weld(const std::vector<Vec3>& v, double tol, std::size_t* 
   return rep;
 }
 
+// Meshes of more shells are turned as a whole (by the sign of their total volume), not shell by
+// shell: the nesting test costs a pass over the triangles per shell that fits in another's box.
+constexpr std::size_t kMaxOrientedShells = 64;
+
 // Counts edge uses: closedness and orientation. For a closed mesh, also joins the two
 // triangles of every edge in `parent` (a union-find forest over the triangles, roots the
 // smallest index): its trees are the shells.
@@ -121,26 +125,81 @@ void AnalyseEdges(const std::vector<TriangleMesh::Index3>& tris, MeshStats* stat
 }
 
 // The shells of a closed mesh from the forest of AnalyseEdges: triangles joined through their
-// edges, so solids that only touch at a vertex are separate shells (joined through vertices,
-// one buried in a housing beside one outside it would share one box). Ordered by their first
-// triangle; each shell's vertex is that triangle's first.
+// edges, so solids that only touch at a vertex are separate shells. Ordered by their first
+// triangle (first_tri); each shell's vertex is that triangle's first. tri_shell: the shell of
+// each triangle.
 std::vector<MeshShell> FindShells(const std::vector<Vec3>& vertices,
                                   const std::vector<TriangleMesh::Index3>& tris,
-                                  std::vector<uint32_t>& parent) {
+                                  const std::vector<uint32_t>& parent,
+                                  std::vector<uint32_t>* tri_shell,
+                                  std::vector<uint32_t>* first_tri) {
   std::vector<MeshShell> shells;
-  std::vector<uint32_t> shell_of(tris.size());
+  tri_shell->resize(tris.size());
   for (uint32_t t = 0; t < tris.size(); ++t) {
     uint32_t r = t;
     while (parent[r] != r) r = parent[r];
-    parent[t] = r;  // (roots are smaller: already final)
     if (r == t) {
-      shell_of[t] = static_cast<uint32_t>(shells.size());
+      first_tri->push_back(t);
       shells.push_back({Aabb(), tris[t][0]});
     }
-    MeshShell& s = shells[shell_of[r]];
-    for (uint32_t v : tris[t]) s.bounds.Add(vertices[v]);
+    // Roots are the smallest index of their tree, so r's shell is known.
+    const uint32_t s = r == t ? static_cast<uint32_t>(shells.size() - 1) : (*tri_shell)[r];
+    (*tri_shell)[t] = s;
+    for (uint32_t v : tris[t]) shells[s].bounds.Add(vertices[v]);
   }
   return shells;
+}
+
+// Orients every shell so that its triangles face out of the material: outward (a positive
+// volume) when the shell lies inside an even number of the other shells (a solid, or a solid in
+// another's void), inward when odd (the shell of a void). A solid given inside out beside
+// others is turned alone, where turning the whole mesh by its total volume would leave it
+// reversed (and the inside tests near it wrong). Nesting is read at the centroid of a shell's
+// first triangle from the winding number of each other shell whose bounds hold it (shells do
+// not cross, so one point decides). Returns how many shells were turned.
+std::size_t OrientShells(const std::vector<Vec3>& v, std::vector<TriangleMesh::Index3>* tris,
+                         const std::vector<MeshShell>& shells,
+                         const std::vector<uint32_t>& tri_shell,
+                         const std::vector<uint32_t>& first_tri) {
+  const std::size_t n = shells.size();
+  std::vector<double> six_volume(n, 0.0), winding(n, 0.0);
+  for (std::size_t t = 0; t < tris->size(); ++t) {
+    const auto& f = (*tris)[t];
+    const Vec3 o = shells[tri_shell[t]].bounds.Center();  // well conditioned
+    six_volume[tri_shell[t]] += (v[f[0]] - o).dot((v[f[1]] - o).cross(v[f[2]] - o));
+  }
+  std::vector<int> depth(n, 0);
+  if (n > 1) {
+    for (std::size_t s = 0; s < n; ++s) {
+      const auto& f = (*tris)[first_tri[s]];
+      const Vec3 p = (v[f[0]] + v[f[1]] + v[f[2]]) / 3.0;
+      std::fill(winding.begin(), winding.end(), 0.0);
+      bool any = false;
+      for (std::size_t j = 0; j < n; ++j)
+        any |= j != s && shells[j].bounds.Contains(shells[s].bounds);
+      if (!any) continue;
+      for (std::size_t t = 0; t < tris->size(); ++t) {
+        const std::size_t j = tri_shell[t];
+        if (j == s || !shells[j].bounds.Contains(shells[s].bounds)) continue;
+        const auto& g = (*tris)[t];
+        winding[j] += SolidAngle(v[g[0]] - p, v[g[1]] - p, v[g[2]] - p);
+      }
+      for (std::size_t j = 0; j < n; ++j)
+        depth[s] += std::abs(winding[j]) > 2.0 * M_PI;  // |w| > 1/2
+    }
+  }
+  std::vector<bool> turn(n);
+  std::size_t turned = 0;
+  for (std::size_t s = 0; s < n; ++s) {
+    const bool outward = depth[s] % 2 == 0;
+    turn[s] = six_volume[s] != 0.0 && (six_volume[s] > 0.0) != outward;
+    turned += turn[s];
+  }
+  if (turned == 0) return 0;
+  for (std::size_t t = 0; t < tris->size(); ++t) {
+    if (turn[tri_shell[t]]) std::swap((*tris)[t][1], (*tris)[t][2]);
+  }
+  return turned;
 }
 
 }  // namespace
@@ -229,11 +288,19 @@ absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
   for (const Vec3& p : m.vertices_) m.bounds_.Add(p);
   std::vector<uint32_t> shell_forest;
   AnalyseEdges(m.triangles_, &m.stats_, &shell_forest);
-  if (m.stats_.oriented && m.SignedVolume() < 0.0) {
-    for (Index3& t : m.triangles_) std::swap(t[1], t[2]);
-    m.stats_.turned_outward = true;
+  if (m.stats_.oriented) {
+    std::vector<uint32_t> tri_shell, first_tri;
+    m.shells_ = FindShells(m.vertices_, m.triangles_, shell_forest, &tri_shell, &first_tri);
+    if (m.shells_.size() <= kMaxOrientedShells) {
+      m.stats_.shells_turned =
+          OrientShells(m.vertices_, &m.triangles_, m.shells_, tri_shell, first_tri);
+      m.stats_.turned_outward = m.stats_.shells_turned == m.shells_.size();
+    } else if (m.SignedVolume() < 0.0) {
+      for (Index3& t : m.triangles_) std::swap(t[1], t[2]);
+      m.stats_.turned_outward = true;
+      m.stats_.shells_turned = m.shells_.size();
+    }
   }
-  if (m.stats_.oriented) m.shells_ = FindShells(m.vertices_, m.triangles_, shell_forest);
   return m;
 }
 

@@ -394,11 +394,7 @@ const Vec3 kParityDirections[] = {
 double WindingNumber(const TriangleMesh& m, const Vec3& p) {
   double sum = 0.0;
   for (const auto& t : m.triangles()) {
-    const Vec3 a = m.vertices()[t[0]] - p, b = m.vertices()[t[1]] - p, c = m.vertices()[t[2]] - p;
-    const double la = a.norm(), lb = b.norm(), lc = c.norm();
-    const double num = a.dot(b.cross(c));
-    const double den = la * lb * lc + a.dot(b) * lc + b.dot(c) * la + c.dot(a) * lb;
-    sum += 2.0 * std::atan2(num, den);
+    sum += SolidAngle(m.vertices()[t[0]] - p, m.vertices()[t[1]] - p, m.vertices()[t[2]] - p);
   }
   return sum / (4.0 * M_PI);
 }

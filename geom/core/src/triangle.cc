@@ -151,6 +151,13 @@ std::optional<Vec3> Barycentric(const Triangle& t, const Vec3& p) {
   return Vec3(1.0 - v - w, v, w);
 }
 
+double SolidAngle(const Vec3& a, const Vec3& b, const Vec3& c) {
+  const double la = a.norm(), lb = b.norm(), lc = c.norm();
+  const double num = a.dot(b.cross(c));
+  const double den = la * lb * lc + a.dot(b) * lc + b.dot(c) * la + c.dot(a) * lb;
+  return 2.0 * std::atan2(num, den);
+}
+
 Vec3 ClosestPointOnTriangle(const Vec3& p, const Triangle& t) {
   const Vec3 &a = t.a, &b = t.b, &c = t.c;
   Vec3 ab = b - a, ac = c - a, ap = p - a;

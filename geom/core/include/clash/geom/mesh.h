@@ -40,9 +40,13 @@ struct MeshStats {
   std::size_t misoriented_edges = 0;     ///< Two-triangle edges traversed the same way by both.
   bool closed = false;                   ///< Every edge is shared by exactly two triangles.
   bool oriented = false;                 ///< Closed, and every edge is used once each way.
-  /// Closed and oriented but inside out (negative volume): every triangle's winding was
-  /// reversed, so that normals face out of the solid as the containment tests assume.
+  /// Closed and oriented but inside out: every triangle's winding was reversed, so that
+  /// normals face out of the material as the containment tests assume.
   bool turned_outward = false;
+  /// Shells (TriangleMesh::shells) whose winding was reversed: a solid's shell faces out, a
+  /// void's in (nesting by winding number; meshes of more than 64 shells are turned as a whole,
+  /// by the sign of their volume).
+  std::size_t shells_turned = 0;
 };
 
 /// A connected piece of a closed mesh's surface (triangles joined through shared edges): one of

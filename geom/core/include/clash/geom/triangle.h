@@ -42,6 +42,12 @@ struct Triangle {
 /// "Real-Time Collision Detection", 5.1.5).
 [[nodiscard]] Vec3 ClosestPointOnTriangle(const Vec3& p, const Triangle& t);
 
+/// The signed solid angle (steradians, in [-2π, 2π]) of the triangle (a, b, c), given relative
+/// to the viewpoint, by Van Oosterom and Strackee's formula: positive when the viewpoint sees
+/// the triangle's back (it lies behind the face, as for a point inside a closed surface whose
+/// normals face out). A sum over a closed surface is 4π times its winding number.
+[[nodiscard]] double SolidAngle(const Vec3& a, const Vec3& b, const Vec3& c);
+
 /// Closest points of segments [p0, p1] and [q0, q1] (Ericson 5.1.9). Returns the squared distance.
 double ClosestPointsSegments(const Vec3& p0, const Vec3& p1, const Vec3& q0, const Vec3& q1,
                              Vec3* out_p, Vec3* out_q);
