@@ -47,7 +47,8 @@ inline constexpr Query kQueries[] = {Query::kCollide,       Query::kContacts,
 struct Answers {
   /// 0/1 (collide), intersecting triangle pairs (contacts), distance, or ray t (-1: miss).
   std::vector<double> values;
-  /// Contacts only: the sorted (triangle of a, triangle of b) pairs of each case.
+  /// Contacts: the sorted (triangle of a, triangle of b) pairs of each case. Collide (where
+  /// the library tells): for a yes, one crossing pair, its witness; empty for a no.
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> tri_pairs;
 };
 

@@ -28,9 +28,14 @@ absl::StatusOr<Answers> ComputePairAnswers(Query q, BvMode mode, const std::stri
   for (uint32_t i : CaseIndices(q, ds)) {
     const RigidTransform& X_WB = ds.pairs[i].X_WB;
     switch (q) {
-      case Query::kCollide:
-        out.values.push_back(geom::SurfacesIntersect(a, I, b, X_WB) ? 1.0 : 0.0);
+      case Query::kCollide: {
+        const bool yes = geom::SurfacesIntersect(a, I, b, X_WB);
+        out.values.push_back(yes ? 1.0 : 0.0);
+        auto& witness = out.tri_pairs.emplace_back();  // for a yes, one crossing triangle pair
+        const geom::IntersectionResult r = geom::FindIntersections(a, I, b, X_WB, 1);
+        if (yes && !r.pairs.empty()) witness.emplace_back(r.pairs[0].tri_a, r.pairs[0].tri_b);
         break;
+      }
       case Query::kContacts: {
         const geom::IntersectionResult r = geom::FindIntersections(a, I, b, X_WB, kMaxPairs);
         if (r.truncated) return absl::ResourceExhaustedError("more than 100000 triangle pairs");

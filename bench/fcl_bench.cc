@@ -105,6 +105,10 @@ double RunQuery(Query q, const fcl::BVHModel<BV>& a, const fcl::BVHModel<BV>& b,
       const fcl::CollisionRequestd request(1, false);
       fcl::CollisionResultd result;
       fcl::collide(&a, X_WA, &b, X_WB, request, result);
+      if (pairs && result.isCollision()) {  // the witness: the first crossing triangle pair
+        const fcl::Contactd& c = result.getContact(0);
+        pairs->emplace_back(static_cast<uint32_t>(c.b1), static_cast<uint32_t>(c.b2));
+      }
       return result.isCollision() ? 1.0 : 0.0;
     }
     case Query::kContacts: {
@@ -120,6 +124,12 @@ double RunQuery(Query q, const fcl::BVHModel<BV>& a, const fcl::BVHModel<BV>& b,
       return static_cast<double>(result.numContacts());
     }
     default: {
+      // clashd's Distance first looks for a crossing (a yes/no overlap walk) and answers 0 at
+      // the first one; FCL's distance has no such shortcut, so it gets the same composition:
+      // its own yes/no collision first, the distance walk only for parts apart.
+      fcl::CollisionResultd crossing;
+      fcl::collide(&a, X_WA, &b, X_WB, fcl::CollisionRequestd(1, false), crossing);
+      if (crossing.isCollision()) return 0.0;
       const fcl::DistanceRequestd request;  // exact: rel_err = abs_err = 0
       fcl::DistanceResultd result;
       return fcl::distance(&a, X_WA, &b, X_WB, request, result);
@@ -141,10 +151,10 @@ absl::StatusOr<Answers> ComputeAnswers(Query q, const std::string& dataset) {
   for (uint32_t i : CaseIndices(q, ds)) {
     std::vector<std::pair<uint32_t, uint32_t>> pairs;
     out.values.push_back(RunQuery<BV>(q, **a, **b, I, ToFcl(ds.pairs[i].X_WB), &pairs));
-    if (q == Query::kContacts) {
-      if (pairs.size() >= kMaxContacts) {
-        return absl::ResourceExhaustedError("num_max_contacts reached");
-      }
+    if (q == Query::kContacts && pairs.size() >= kMaxContacts) {
+      return absl::ResourceExhaustedError("num_max_contacts reached");
+    }
+    if (q == Query::kContacts || q == Query::kCollide) {
       std::sort(pairs.begin(), pairs.end());
       out.tri_pairs.push_back(std::move(pairs));
     }
