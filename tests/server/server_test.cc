@@ -582,6 +582,74 @@ TEST_F(ServerTest, UnknownIdsAreNotFound) {
   EXPECT_THAT(client_->CheckInterference(check), StatusIs(absl::StatusCode::kNotFound, "scene"));
 }
 
+// Each query's bad input gets the status its proto promises, with a message naming the field.
+TEST_F(ServerTest, BadQueryInputsGetThePromisedStatus) {
+  const std::string part = Upload(MakeBox(Vec3(1, 1, 1)), "cube");
+  const std::string scene = NewScene();
+  const uint64_t id = Place(scene, part, RigidTransform::Identity(), "cube");
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  using Code = absl::StatusCode;
+  auto check = [&](const std::function<void(v1::InterferenceRequest&)>& edit, Code code,
+                   const char* fragment) {
+    v1::InterferenceRequest r;
+    r.set_scene_id(scene);
+    edit(r);
+    EXPECT_THAT(client_->CheckInterference(r).status(), StatusIs(code, fragment)) << fragment;
+  };
+  for (double bad : {-1.0, nan, inf}) {
+    check([&](auto& r) { r.mutable_tolerances()->set_contact_tolerance_mm(bad); },
+          Code::kInvalidArgument, "contact_tolerance_mm");
+    check([&](auto& r) { r.mutable_tolerances()->set_clearance_mm(bad); }, Code::kInvalidArgument,
+          "clearance_mm");
+  }
+  check([&](auto& r) { r.mutable_set_a()->add_instance_ids(id + 100); }, Code::kNotFound,
+        "no instance");
+  check([&](auto& r) { r.mutable_set_b()->add_path_prefixes("nowhere"); }, Code::kNotFound,
+        "no instance under path");
+  check(
+      [&](auto& r) {
+        v1::PoseUpdate* u = r.add_pose_overrides();
+        u->set_instance_id(id + 100);
+        *u->mutable_pose() = ToPose(RigidTransform::Identity());
+      },
+      Code::kNotFound, "");
+  check(
+      [&](auto& r) {
+        v1::PoseUpdate* u = r.add_pose_overrides();
+        u->set_instance_id(id);
+        *u->mutable_pose() = ToPose(RigidTransform::Translation(Vec3(nan, 0, 0)));
+      },
+      Code::kInvalidArgument, "");
+
+  v1::DistanceRequest distance;
+  distance.set_scene_id(scene);
+  for (double bad : {-1.0, nan}) {
+    distance.set_max_distance_mm(bad);
+    EXPECT_THAT(client_->ComputeDistance(distance).status(),
+                StatusIs(Code::kInvalidArgument, "max_distance_mm"));
+  }
+
+  auto pick = [&](const std::function<void(v1::Ray&)>& edit, const char* fragment) {
+    v1::PickRequest r;
+    r.set_scene_id(scene);
+    v1::Ray* ray = r.add_rays();
+    ray->mutable_origin_mm()->set_z(10);
+    ray->mutable_direction()->set_z(-1);
+    edit(*ray);
+    EXPECT_THAT(client_->PickRays(r).status(), StatusIs(Code::kInvalidArgument, fragment))
+        << fragment;
+  };
+  pick([](v1::Ray& r) { r.mutable_direction()->set_z(0); }, "direction non-zero");
+  pick([&](v1::Ray& r) { r.mutable_direction()->set_x(nan); }, "direction non-zero");
+  pick([&](v1::Ray& r) { r.mutable_origin_mm()->set_y(inf); }, "origin and direction");
+  pick([](v1::Ray& r) { r.set_max_distance_mm(-1); }, "max_distance_mm");
+  v1::PickRequest many;
+  many.set_scene_id(scene);
+  for (int i = 0; i <= 100000; ++i) many.add_rays()->mutable_direction()->set_z(-1);
+  EXPECT_THAT(client_->PickRays(many).status(),
+              StatusIs(Code::kInvalidArgument, "above the limit"));
+}
+
 TEST_F(ServerTest, BadPosesAreInvalidArgumentAndChangeNothing) {
   const std::string part = Upload(MakeBox(Vec3(1, 1, 1)), "cube");
   const std::string scene = NewScene();
