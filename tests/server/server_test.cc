@@ -1212,10 +1212,10 @@ TEST_F(ServerTest, SceneQueriesMatchBruteForceOverAllPairs) {
   std::vector<geom::Ray> rays;
   for (int k = 0; k < testing::Trials(200, 20); ++k) {
     geom::Ray ray;
+    rays.emplace_back();
     ray.origin = testing::RandomPoint(rng, 40);
     const Vec3 target = k % 2 == 0 ? poses[rng() % n].t : testing::RandomPoint(rng, 40);
     ray.direction = (target - ray.origin).normalized();
-    rays.push_back(ray);
     v1::Ray* r = preq.add_rays();
     r->mutable_origin_mm()->set_x(ray.origin.x());
     r->mutable_origin_mm()->set_y(ray.origin.y());
@@ -1223,24 +1223,46 @@ TEST_F(ServerTest, SceneQueriesMatchBruteForceOverAllPairs) {
     r->mutable_direction()->set_x(ray.direction.x() * 3);  // not unit on the wire
     r->mutable_direction()->set_y(ray.direction.y() * 3);
     r->mutable_direction()->set_z(ray.direction.z() * 3);
+    if (k % 3 == 1) {  // a third of the rays stop short (some before their first hit)
+      ray.t_max = std::uniform_real_distribution<double>(0, 60)(rng);
+      r->set_max_distance_mm(ray.t_max);
+    }
+    rays[k] = ray;
   }
   auto picks = client_->PickRays(preq);
   ASSERT_THAT(picks.status(), IsOk());
   ASSERT_EQ(picks->hits_size(), static_cast<int>(rays.size()));
-  int hits = 0;
+  int hits = 0, cut_short = 0;
   for (std::size_t k = 0; k < rays.size(); ++k) {
-    double t_best = std::numeric_limits<double>::infinity();
+    std::optional<geom::RayHit> best;
+    int best_i = -1;
     for (int i = 0; i < n; ++i) {
-      if (auto h = geom::CastRay(*parts[kind[i]], poses[i], rays[k]))
-        t_best = std::min(t_best, h->t);
+      if (auto h = geom::CastRay(*parts[kind[i]], poses[i], rays[k]);
+          h && (!best || h->t < best->t)) {
+        best = h;
+        best_i = i;
+      }
     }
     const v1::PickHit& hit = picks->hits(static_cast<int>(k));
-    ASSERT_EQ(hit.hit(), std::isfinite(t_best)) << "ray " << k;
+    ASSERT_EQ(hit.hit(), best.has_value()) << "ray " << k;
+    if (!best && k % 3 == 1) {
+      geom::Ray unlimited = rays[k];
+      unlimited.t_max = std::numeric_limits<double>::infinity();
+      for (int i = 0; i < n && !cut_short; ++i) {
+        cut_short += geom::CastRay(*parts[kind[i]], poses[i], unlimited).has_value();
+      }
+    }
     if (hit.hit()) {
       ++hits;
-      EXPECT_NEAR(hit.distance_mm(), t_best, 1e-9);
+      EXPECT_NEAR(hit.distance_mm(), best->t, 1e-9);
+      EXPECT_EQ(hit.instance_id(), ids[static_cast<std::size_t>(best_i)]) << "ray " << k;
+      const Vec3 point(hit.point_mm().x(), hit.point_mm().y(), hit.point_mm().z());
+      const Vec3 normal(hit.normal().x(), hit.normal().y(), hit.normal().z());
+      EXPECT_LT((point - best->p_W).norm(), 1e-9) << "ray " << k;
+      EXPECT_LT((normal - best->normal_W).norm(), 1e-9) << "ray " << k;
     }
   }
+  EXPECT_GE(cut_short, 1);  // some ray's max_distance_mm did hide a hit
   // Hits and misses both (53-67 % hits at the scales tried, 0.1 to 2).
   const int ray_count = static_cast<int>(rays.size());
   EXPECT_GE(hits * 5, ray_count);
