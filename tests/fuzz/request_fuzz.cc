@@ -2,12 +2,14 @@
 // first byte picks the RPC (interference, distance, pick, sequence), the rest is its serialized
 // request, run against a small in-memory scene (two boxes and a pin). Every input must end in
 // a response or a status (INVALID_ARGUMENT, NOT_FOUND, ...): no crash, no sanitizer report, no
-// unbounded work (each call gets a 0.2 s budget through its stop check).
+// unbounded work (each call gets a 0.2 s budget through its stop check), and never INTERNAL or
+// UNKNOWN, which blame the server for a bad request (the target aborts on them).
 #include <stdlib.h>  // mkdtemp
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -51,6 +53,14 @@ struct World {
 std::string& WorldDir() {
   static std::string dir;
   return dir;
+}
+
+// Aborts on a status that blames the server: a request, however malformed, is the caller's.
+void ExpectCallersStatus(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kInternal || status.code() == absl::StatusCode::kUnknown) {
+    std::fprintf(stderr, "server's fault for a request: %s\n", status.ToString().c_str());
+    std::abort();
+  }
 }
 
 World* MakeWorld() {
@@ -106,25 +116,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   switch (data[0] % 4) {
     case 0: {
       clash::v1::InterferenceRequest r;
-      if (r.ParseFromArray(body, body_size))
-        (void)clash::server::RunInterference(scene, r, Budget());
+      if (r.ParseFromArray(body, body_size)) {
+        ExpectCallersStatus(clash::server::RunInterference(scene, r, Budget()).status());
+      }
       break;
     }
     case 1: {
       clash::v1::DistanceRequest r;
-      if (r.ParseFromArray(body, body_size)) (void)clash::server::RunDistance(scene, r, Budget());
+      if (r.ParseFromArray(body, body_size)) {
+        ExpectCallersStatus(clash::server::RunDistance(scene, r, Budget()).status());
+      }
       break;
     }
     case 2: {
       clash::v1::PickRequest r;
-      if (r.ParseFromArray(body, body_size)) (void)clash::server::RunPick(scene, r, Budget());
+      if (r.ParseFromArray(body, body_size)) {
+        ExpectCallersStatus(clash::server::RunPick(scene, r, Budget()).status());
+      }
       break;
     }
     default: {
       clash::v1::ValidateSequenceRequest r;
       if (r.ParseFromArray(body, body_size)) {
-        (void)clash::server::RunSequence(scene, r, Budget(),
-                                         [](const clash::v1::ValidateSequenceEvent&) {});
+        ExpectCallersStatus(clash::server::RunSequence(
+            scene, r, Budget(), [](const clash::v1::ValidateSequenceEvent&) {}));
       }
       break;
     }
