@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -63,6 +64,51 @@ void ExpectNearOrBothInf(double got, double want, double tol, const char* what) 
   }
 }
 
+// For crossing surfaces with a depth found (beyond rounding): the deeper witness lies inside
+// the other (closed) solid by its winding number, and the depth is that witness's brute-force
+// distance to the other surface, so the reported closest point is the nearest one. The other
+// witness lies on the other surface, at most the depth from the first witness's surface, so
+// of the witnesses inside, the one farther from the other surface is the deeper.
+// The depth is also at most the separating travel along any direction u: the ball of radius
+// depth about the deeper witness lies inside the other solid, so moving its part by less than
+// that along u keeps one of its points inside, and the projections on u still overlap.
+void ExpectDepthWitnessesValid(const Part& a, const RigidTransform& X_WA, const Part& b,
+                               const RigidTransform& X_WB, const PairClassification& r) {
+  // Distances from the same triangles as ClassifyPair's, in a frame moved by one pose:
+  // rounding of coordinates of size ~300, far below 1e-9 relative to the depth or 1 mm.
+  const double tol = kExact * std::max(1.0, r.depth_mm);
+  double inside_depth = -1.0;  // the largest surface distance of a witness inside
+  if (b.mesh().IsClosed() && testing::BruteWindingNumber(b.mesh(), X_WB.Inverse() * r.p_WA) > 0.5) {
+    inside_depth = std::max(inside_depth, SurfaceDistance(b, X_WB, r.p_WA));
+  }
+  if (a.mesh().IsClosed() && testing::BruteWindingNumber(a.mesh(), X_WA.Inverse() * r.p_WB) > 0.5) {
+    inside_depth = std::max(inside_depth, SurfaceDistance(a, X_WA, r.p_WB));
+  }
+  EXPECT_GE(inside_depth, 0.0) << "no witness inside the other solid, depth " << r.depth_mm;
+  if (inside_depth >= 0.0) {
+    EXPECT_NEAR(inside_depth, r.depth_mm, tol) << "the deeper witness's nearest surface point";
+  }
+  std::vector<Vec3> directions = {(r.p_WB - r.p_WA).normalized()};
+  const Vec3 centres = X_WB * b.bounds().Center() - X_WA * a.bounds().Center();
+  if (centres.norm() > 1e-9) directions.push_back(centres.normalized());
+  for (int k = 0; k < 3; ++k) {
+    directions.push_back(Vec3::Unit(k));
+    directions.push_back(X_WA.R.col(k));
+    directions.push_back(X_WB.R.col(k));
+  }
+  for (const Vec3& d :
+       {Vec3(1, 1, 0), Vec3(1, -1, 0), Vec3(1, 0, 1), Vec3(1, 0, -1), Vec3(0, 1, 1), Vec3(0, 1, -1),
+        Vec3(1, 1, 1), Vec3(1, 1, -1), Vec3(1, -1, 1), Vec3(-1, 1, 1)}) {
+    directions.push_back(X_WA.R * d.normalized());
+    directions.push_back(X_WB.R * d.normalized());
+  }
+  double upper = kInf;
+  for (const Vec3& u : directions) {
+    upper = std::min(upper, testing::BruteSeparatingTravel(a, X_WA, b, X_WB, u));
+  }
+  EXPECT_LE(r.depth_mm, upper + tol) << "deeper than the parts' overlap along some direction";
+}
+
 // Witnesses that are meaningful: on their surfaces (world), apart by the depth (crossing,
 // when a depth was found) or by the distance (apart or contained, when within the bound).
 void ExpectWitnessesValid(const Part& a, const RigidTransform& X_WA, const Part& b,
@@ -76,11 +122,7 @@ void ExpectWitnessesValid(const Part& a, const RigidTransform& X_WA, const Part&
   const Vec3 p_A = X_WA.Inverse() * r.p_WA, p_B = X_WB.Inverse() * r.p_WB;
   EXPECT_LT((ClosestPointOnTriangle(p_A, a.mesh().triangle(r.tri_a)) - p_A).norm(), kOnSurface);
   EXPECT_LT((ClosestPointOnTriangle(p_B, b.mesh().triangle(r.tri_b)) - p_B).norm(), kOnSurface);
-  // The deeper witness lies inside the other solid (unless it lies on its surface).
-  if (crossing && r.depth_mm > kOnSurface) {
-    EXPECT_TRUE(ContainsPoint(b, X_WB.Inverse() * r.p_WA) ||
-                ContainsPoint(a, X_WA.Inverse() * r.p_WB));
-  }
+  if (crossing && r.depth_mm > kOnSurface) ExpectDepthWitnessesValid(a, X_WA, b, X_WB, r);
 }
 
 // Swapping the parts gives the same answer, witnesses swapped, also when the crossing pairs
@@ -288,53 +330,144 @@ TEST(ClassifyPair, CrossingWithoutVerticesInside) {
   }
 }
 
-// Against the primitive queries on random pairs of blobs: crossing surfaces are hard or
-// contact, containment is contained, and otherwise the brute-force distance decides.
-TEST(ClassifyPair, AgreesWithPrimitiveQueries) {
+// A lower bound of ClassifyPair's depth for crossing surfaces, from its candidates that brute
+// force can list: the vertices of each part (every one inside the other part is inside its
+// box), and when no crossing pair was left out, the lattice points (i, j, k) / 4 of every
+// triangle in `crossing_pairs` (all of them, (tri_a, tri_b)). The depth of each point inside the
+// other solid (by its winding number) is its brute-force distance to that surface.
+double BruteCandidateDepth(const Part& a, const RigidTransform& X_WA, const Part& b,
+                           const RigidTransform& X_WB,
+                           const std::vector<std::pair<uint32_t, uint32_t>>& crossing_pairs,
+                           bool with_lattice) {
+  double depth = 0.0;
+  // Points of one part (its frame) against the other part q, X_QP the first's pose in q's.
+  auto deepest = [&depth](const RigidTransform& X_QP, const Part& q, const std::vector<Vec3>& p_P) {
+    for (const Vec3& v : p_P) {
+      const Vec3 v_Q = X_QP * v;
+      if (!q.bounds().Contains(v_Q) || testing::BruteWindingNumber(q.mesh(), v_Q) <= 0.5) continue;
+      depth = std::max(depth, testing::BruteClosestPoint(q.mesh(), v_Q).first);
+    }
+  };
+  std::vector<Vec3> lattice_a, lattice_b;
+  if (with_lattice) {
+    auto lattice = [](const Triangle& t, std::vector<Vec3>* out) {
+      for (int i = 0; i <= 4; ++i) {
+        for (int j = 0; i + j <= 4; ++j) {
+          out->push_back((i * t.a + j * t.b + (4 - i - j) * t.c) / 4);
+        }
+      }
+    };
+    std::set<uint32_t> crossing_a, crossing_b;
+    for (const auto& [ta, tb] : crossing_pairs) {
+      crossing_a.insert(ta);
+      crossing_b.insert(tb);
+    }
+    for (uint32_t t : crossing_a) lattice(a.mesh().triangle(t), &lattice_a);
+    for (uint32_t t : crossing_b) lattice(b.mesh().triangle(t), &lattice_b);
+  }
+  const RigidTransform X_BA = X_WB.Inverse() * X_WA, X_AB = X_BA.Inverse();
+  deepest(X_BA, b, a.mesh().vertices());
+  deepest(X_AB, a, b.mesh().vertices());
+  deepest(X_BA, b, lattice_a);
+  deepest(X_AB, a, lattice_b);
+  return depth;
+}
+
+// Against brute-force oracles on random pairs of blobs. Crossing surfaces (some triangle pair
+// intersects) are HARD or CONTACT, with the depth at least the brute-force depth of the
+// candidates brute force can list and at most the separating travel along a few directions
+// (see ExpectDepthWitnessesValid): HARD where the first exceeds τ, CONTACT where the second
+// does not (the class being the depth's against τ). Otherwise one blob inside the other (the
+// winding number of one vertex of each about the other) is CONTAINED, and apart blobs are
+// classified by their brute-force distance.
+TEST(ClassifyPair, AgreesWithBruteForce) {
   auto rng = SeededRng(303);
   int counts[5] = {0, 0, 0, 0, 0};
+  int crossing = 0, hard_by_brute_depth = 0, contact_apart = 0;
   const int trials = testing::Trials(150, 15);
   for (int i = 0; i < trials; ++i) {
     const PartPtr a = MakeBlob(rng, 8, 10, 14, 0.25).Part();
     const PartPtr b = MakeBlob(rng, Uniform(rng, 1, 6), 9, 12, 0.3).Part();
+    ASSERT_TRUE(a->mesh().IsClosed() && b->mesh().IsClosed());
     const RigidTransform X_WA = RandomPose(rng, 50);
     // One pair in three close together, so that containment occurs.
     const double spread = i % 3 == 0 ? 3 : 14;
     const RigidTransform X_WB =
         X_WA * RigidTransform{RandomRotation(rng), RandomPoint(rng, spread)};
-    const PairTolerances tol = Tol(Uniform(rng, 0, 0.5), Uniform(rng, 0, 6));
+    PairTolerances tol = Tol(Uniform(rng, 0, 0.5), Uniform(rng, 0, 6));
+    const auto crossing_pairs = testing::BruteIntersectingPairs(*a, X_WA, *b, X_WB);
+    const bool crosses = !crossing_pairs.empty();
+    const double d = crosses ? 0.0 : BruteDistance(*a, X_WA, *b, X_WB);
+    // One pair in eight apart gets a τ beyond its distance, so that CONTACT of apart surfaces
+    // occurs (within a quarter of τ of it in half of them: uncertain).
+    if (i % 8 == 7 && d > 0) tol.contact_mm = d * Uniform(rng, 1.01, 1.6);
     const PairClassification r = ClassifyPair(*a, X_WA, *b, X_WB, tol);
     SCOPED_TRACE(::testing::Message() << "trial " << i << ": " << ClashClassName(r.cls));
     ++counts[static_cast<int>(r.cls)];
-    if (SurfacesIntersect(*a, X_WA, *b, X_WB)) {
+    if (crosses) {
+      ++crossing;
       EXPECT_TRUE(r.cls == ClashClass::kHard || r.cls == ClashClass::kContact);
-      EXPECT_EQ(r.cls == ClashClass::kHard, r.depth_mm > tol.contact_mm);
       EXPECT_GT(r.intersecting_pairs, 0u);
       EXPECT_EQ(r.distance_mm, 0.0);
-    } else if (FindContainment(*a, X_WA, *b, X_WB) != Containment::kNone) {
-      EXPECT_EQ(r.cls, ClashClass::kContained);
-      EXPECT_NEAR(r.distance_mm, BruteDistance(*a, X_WA, *b, X_WB), kExact);
-    } else {
-      const double d = BruteDistance(*a, X_WA, *b, X_WB);
-      const ClashClass want = d <= tol.contact_mm    ? ClashClass::kContact
-                              : d < tol.clearance_mm ? ClashClass::kClearance
-                                                     : ClashClass::kClear;
-      EXPECT_EQ(r.cls, want) << "distance " << d;
-      if (d <= std::max(1.25 * tol.contact_mm, tol.clearance_mm)) {
-        EXPECT_NEAR(r.distance_mm, d, kExact);
+      EXPECT_EQ(r.containment, Containment::kNone);
+      // Every candidate counts: the blobs' vertices and 12 lattice and at most 40 beside-crossing
+      // points per collected pair stay within the cap.
+      ASSERT_LE(a->mesh().vertices().size() + tol.max_witness_pairs * 52, tol.max_depth_samples);
+      const double lower =
+          BruteCandidateDepth(*a, X_WA, *b, X_WB, crossing_pairs, !r.intersections_truncated);
+      EXPECT_GE(r.depth_mm, lower - kExact);
+      if (lower > tol.contact_mm) {
+        ++hard_by_brute_depth;
+        EXPECT_EQ(r.cls, ClashClass::kHard) << "brute-force depth " << lower;
       }
-      EXPECT_EQ(r.uncertain, std::abs(d - tol.contact_mm) <= 0.25 * tol.contact_mm);
+      // The class is the depth's against τ (the upper bound by separating travel is checked in
+      // ExpectInvariant).
+      EXPECT_EQ(r.cls == ClashClass::kHard, r.depth_mm > tol.contact_mm);
+    } else {
+      const std::vector<double> a_in_b = testing::BruteShellWindings(*a, X_WA, *b, X_WB);
+      const std::vector<double> b_in_a = testing::BruteShellWindings(*b, X_WB, *a, X_WA);
+      ASSERT_EQ(a_in_b.size(), 1u);
+      ASSERT_EQ(b_in_a.size(), 1u);
+      const Containment want_containment = a_in_b[0] > 0.5   ? Containment::kAInsideB
+                                           : b_in_a[0] > 0.5 ? Containment::kBInsideA
+                                                             : Containment::kNone;
+      EXPECT_EQ(r.containment, want_containment);
+      if (want_containment != Containment::kNone) {
+        EXPECT_EQ(r.cls, ClashClass::kContained);
+        EXPECT_NEAR(r.distance_mm, d, kExact);
+        EXPECT_EQ(r.depth_mm, r.distance_mm);
+      } else {
+        const ClashClass want = d <= tol.contact_mm    ? ClashClass::kContact
+                                : d < tol.clearance_mm ? ClashClass::kClearance
+                                                       : ClashClass::kClear;
+        EXPECT_EQ(r.cls, want) << "distance " << d;
+        contact_apart += want == ClashClass::kContact;
+        if (d <= std::max(1.25 * tol.contact_mm, tol.clearance_mm)) {
+          EXPECT_NEAR(r.distance_mm, d, kExact);
+        } else {
+          EXPECT_EQ(r.distance_mm, kInf);
+        }
+        EXPECT_EQ(r.depth_mm, 0.0);
+        EXPECT_EQ(r.uncertain, std::abs(d - tol.contact_mm) <= 0.25 * tol.contact_mm);
+      }
     }
     ExpectInvariant(*a, X_WA, *b, X_WB, tol, r, false, rng);
   }
   for (int k = 0; k < 5; ++k) {
     RecordProperty(ClashClassName(static_cast<ClashClass>(k)), counts[k]);
   }
-  // Every class but kContact (a touch within τ is rare at random) must occur often enough.
+  RecordProperty("crossing", crossing);
+  RecordProperty("hard_by_brute_force_depth", hard_by_brute_depth);
+  RecordProperty("contact_apart", contact_apart);
+  // Hit-rate windows: every branch of the oracle occurs often enough.
   for (ClashClass c :
        {ClashClass::kClear, ClashClass::kHard, ClashClass::kClearance, ClashClass::kContained}) {
     EXPECT_GT(counts[static_cast<int>(c)], trials / 20) << ClashClassName(c);
   }
+  EXPECT_GT(crossing, trials / 5);
+  EXPECT_LT(crossing, trials * 4 / 5);
+  EXPECT_GT(hard_by_brute_depth, crossing / 2);
+  EXPECT_GE(contact_apart, std::max(1, trials / 30));
 }
 
 // The depth estimate takes points beside each intersection segment, and lattice points of the

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <numeric>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -107,6 +109,69 @@ inline double BruteWindingNumber(const geom::TriangleMesh& m, const geom::Vec3& 
                             la * lb * lc + a.dot(b) * lc + b.dot(c) * la + c.dot(a) * lb);
   }
   return sum / (4.0 * M_PI);
+}
+
+/// One vertex of each edge-connected piece of the mesh's surface (triangles joined through
+/// shared edges, by union-find; pieces meeting at a vertex only stay apart): one per solid of a
+/// part of several closed solids. Independent of TriangleMesh::shells.
+inline std::vector<uint32_t> BruteShellVertices(const geom::TriangleMesh& m) {
+  std::vector<uint32_t> parent(m.num_triangles());
+  std::iota(parent.begin(), parent.end(), 0u);
+  auto root = [&](uint32_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  };
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> first_with_edge;
+  for (uint32_t i = 0; i < m.num_triangles(); ++i) {
+    const auto& t = m.triangles()[i];
+    for (int k = 0; k < 3; ++k) {
+      const uint32_t u = t[k], v = t[(k + 1) % 3];
+      const auto [it, fresh] = first_with_edge.try_emplace({std::min(u, v), std::max(u, v)}, i);
+      if (!fresh) parent[root(i)] = root(it->second);
+    }
+  }
+  std::vector<uint32_t> out;
+  for (uint32_t i = 0; i < m.num_triangles(); ++i) {
+    if (root(i) == i) out.push_back(m.triangles()[i][0]);
+  }
+  return out;
+}
+
+/// The winding number about `outer` (posed at X_WO) of one vertex of each shell of `inner`
+/// (posed at X_WI), shells as BruteShellVertices gives them. For closed parts whose surfaces
+/// do not cross, each shell lies wholly inside (~1) or wholly outside (~0) the other part.
+inline std::vector<double> BruteShellWindings(const geom::Part& inner,
+                                              const geom::RigidTransform& X_WI,
+                                              const geom::Part& outer,
+                                              const geom::RigidTransform& X_WO) {
+  const geom::RigidTransform X_OI = X_WO.Inverse() * X_WI;
+  std::vector<double> out;
+  for (uint32_t v : BruteShellVertices(inner.mesh())) {
+    out.push_back(BruteWindingNumber(outer.mesh(), X_OI * inner.mesh().vertices()[v]));
+  }
+  return out;
+}
+
+/// How far part a must be translated along +u_W or -u_W (u_W a unit world direction) for the
+/// projections of the two posed parts' vertices on u_W to stop overlapping (0 when they do not
+/// overlap). Solids whose projections on a line are apart do not overlap, so this bounds their
+/// translational penetration depth from above.
+inline double BruteSeparatingTravel(const geom::Part& a, const geom::RigidTransform& X_WA,
+                                    const geom::Part& b, const geom::RigidTransform& X_WB,
+                                    const geom::Vec3& u_W) {
+  auto range = [&](const geom::Part& p, const geom::RigidTransform& X_WP) {
+    const geom::Vec3 u_P = X_WP.R.transpose() * u_W;
+    const double offset = u_W.dot(X_WP.t);
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (const geom::Vec3& v : p.mesh().vertices()) {
+      lo = std::min(lo, v.dot(u_P) + offset);
+      hi = std::max(hi, v.dot(u_P) + offset);
+    }
+    return std::make_pair(lo, hi);
+  };
+  const auto [a_lo, a_hi] = range(a, X_WA);
+  const auto [b_lo, b_hi] = range(b, X_WB);
+  return std::max(0.0, std::min(a_hi - b_lo, b_hi - a_lo));
 }
 
 }  // namespace clash::testing
