@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <limits>
 #include <optional>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "interference_internal.h"
 #include "testing/brute_force.h"
@@ -544,6 +547,125 @@ TEST(Containment, FindsOneSolidOfAPartInside) {
     EXPECT_EQ(s.p_WA, c.p_WB);
     EXPECT_EQ(s.tri_b, c.tri_a);
   }
+}
+
+// A random closed part for the containment oracle, about the origin: a blob or a box, or two or
+// three of them side by side in one mesh (spaced so that they do not meet). Each solid is within
+// 3.5 s of its centre, s = 1 mm for a `small` part and 6 mm otherwise.
+RawMesh RandomClosedPart(std::mt19937& rng, bool small) {
+  const double s = small ? 1.0 : 6.0;
+  auto solid = [&]() {
+    return rng() % 2 ? MakeBlob(rng, s * Uniform(rng, 1, 2.5), 7, 9, 0.3)
+                     : MakeBox(s * Vec3(Uniform(rng, 0.4, 2), Uniform(rng, 0.4, 2),
+                                        Uniform(rng, 0.4, 2)));
+  };
+  const int kind = static_cast<int>(rng() % 4);
+  if (kind < 2) return solid();
+  RawMesh m = solid();
+  // The next solids along a random direction, 8 s to 20 s apart (each is at most 3.5 s
+  // across from its centre), turned at random.
+  const Vec3 dir = RandomRotation(rng).col(0);
+  for (int k = 1; k <= kind - 1; ++k) {
+    const RigidTransform X{RandomRotation(rng), k * s * Uniform(rng, 8, 20) * dir};
+    m = m.Plus(solid().Transformed(X));
+  }
+  return m;
+}
+
+// FindContainment against the winding number of one vertex of each solid (edge-connected
+// shell, found by brute force) of each part about the other: a part is inside when any of its
+// solids is (query.h), a checked first. Random closed parts: small ones placed at random in a
+// large blob, box, hollow box or part of two solids (nested: some or all of their solids inside,
+// or in the void), or near other parts, only where no triangle pair crosses. The witness is a
+// vertex of the part inside, inside the other.
+TEST(Containment, AgreesWithWindingNumbers) {
+  auto rng = SeededRng(104);
+  const int trials = testing::Trials(300, 40);
+  int outcomes[3] = {0, 0, 0}, run = 0, some_solids_inside = 0, in_void = 0;
+  for (int i = 0; i < trials; ++i) {
+    const bool nested = i % 4 != 3;
+    RawMesh big_raw =
+        rng() % 3 ? MakeBlob(rng, 25, 12, 16, 0.1)
+                  : MakeBox(Vec3(Uniform(rng, 15, 25), Uniform(rng, 15, 25), Uniform(rng, 15, 25)));
+    if (i % 8 == 1) {  // a second solid far away: a large part of two solids
+      big_raw = big_raw.Plus(
+          MakeBlob(rng, 10, 8, 10, 0.2).Transformed(RigidTransform::Translation(Vec3(80, 0, 0))));
+    } else if (i % 8 == 5) {  // a hollow box, walls 6 mm thick: a part in the void is outside
+      RawMesh void_raw = MakeBox(Vec3(14, 14, 14));
+      for (auto& t : void_raw.t) std::swap(t[1], t[2]);
+      big_raw = MakeBox(Vec3(20, 20, 20)).Plus(void_raw);
+    }
+    const PartPtr first = (nested ? big_raw : RandomClosedPart(rng, false)).Part();
+    const PartPtr second = RandomClosedPart(rng, nested).Part();
+    ASSERT_TRUE(first->mesh().IsClosed() && second->mesh().IsClosed()) << "trial " << i;
+    // Nested: the small part about a random point of [-22, 22]^3 about the centre of the large
+    // part's first solid (inside it, across its surface, or outside it); otherwise about a
+    // random point near the first part.
+    const RigidTransform X_W1 = RandomPose(rng, 100);
+    const RigidTransform X_W2 =
+        X_W1 * RigidTransform{RandomRotation(rng), RandomPoint(rng, nested ? 22 : 15)};
+    const bool swap = rng() % 2;  // either part first
+    const Part& a = swap ? *second : *first;
+    const Part& b = swap ? *first : *second;
+    const RigidTransform& X_WA = swap ? X_W2 : X_W1;
+    const RigidTransform& X_WB = swap ? X_W1 : X_W2;
+    if (!BruteIntersectingPairs(a, X_WA, b, X_WB).empty()) continue;
+    const std::vector<double> a_in_b = testing::BruteShellWindings(a, X_WA, b, X_WB);
+    const std::vector<double> b_in_a = testing::BruteShellWindings(b, X_WB, a, X_WA);
+    auto clear = [](double w) { return std::abs(w - 0.5) > 0.45; };
+    // Surfaces that do not cross: every winding number is clearly 0 or 1 (a vertex within
+    // rounding of the other surface would be touching it: not drawn at random).
+    ASSERT_TRUE(std::all_of(a_in_b.begin(), a_in_b.end(), clear)) << "trial " << i;
+    ASSERT_TRUE(std::all_of(b_in_a.begin(), b_in_a.end(), clear)) << "trial " << i;
+    ++run;
+    auto any_inside = [](const std::vector<double>& w) {
+      return std::any_of(w.begin(), w.end(), [](double x) { return x > 0.5; });
+    };
+    auto all_inside = [](const std::vector<double>& w) {
+      return std::all_of(w.begin(), w.end(), [](double x) { return x > 0.5; });
+    };
+    const Containment want = any_inside(a_in_b)   ? Containment::kAInsideB
+                             : any_inside(b_in_a) ? Containment::kBInsideA
+                                                  : Containment::kNone;
+    // The small part in the void of the hollow box: within its outer box, inside no solid.
+    in_void += i % 8 == 5 && want == Containment::kNone &&
+               ((X_W1.Inverse() * X_W2) * second->AnyVertex()).cwiseAbs().maxCoeff() < 20;
+    some_solids_inside +=
+        (any_inside(a_in_b) && !all_inside(a_in_b)) || (any_inside(b_in_a) && !all_inside(b_in_a));
+    Vec3 p_W = Vec3::Constant(std::numeric_limits<double>::quiet_NaN());
+    const Containment got = FindContainment(a, X_WA, b, X_WB, &p_W);
+    ++outcomes[static_cast<int>(got)];
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << i << " shells " << a_in_b.size() << " + " << b_in_a.size());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(FindContainment(b, X_WB, a, X_WA), Swapped(want)) << "swapped";
+    if (got == Containment::kNone) continue;
+    // The witness: a vertex of the part inside, inside the other part.
+    const bool a_inside = got == Containment::kAInsideB;
+    const Part& inner = a_inside ? a : b;
+    const Part& outer = a_inside ? b : a;
+    const RigidTransform& X_WI = a_inside ? X_WA : X_WB;
+    const RigidTransform& X_WO = a_inside ? X_WB : X_WA;
+    double nearest_vertex = std::numeric_limits<double>::infinity();
+    for (const Vec3& v : inner.mesh().vertices()) {
+      nearest_vertex = std::min(nearest_vertex, (X_WI * v - p_W).norm());
+    }
+    EXPECT_LT(nearest_vertex, 1e-9) << "witness not a vertex of the part inside";
+    EXPECT_GT(BruteWindingNumber(outer.mesh(), X_WO.Inverse() * p_W), 0.5)
+        << "witness not inside the other part";
+  }
+  RecordProperty("run", run);
+  RecordProperty("none", outcomes[0]);
+  RecordProperty("a_inside_b", outcomes[1]);
+  RecordProperty("b_inside_a", outcomes[2]);
+  RecordProperty("some_solids_inside", some_solids_inside);
+  RecordProperty("in_void", in_void);
+  // Hit-rate windows: each answer at least a tenth of the cases run, and a part with some of
+  // its solids inside and some outside (the case a test of one vertex of the part misses).
+  EXPECT_GE(run, trials / 3);
+  for (int k = 0; k < 3; ++k) EXPECT_GE(outcomes[k], std::max(1, run / 10)) << "outcome " << k;
+  EXPECT_GE(some_solids_inside, std::max(1, run / 20));
+  EXPECT_GE(in_void, run >= 100 ? 1 : 0);  // a scaled-down run may have none
 }
 
 // The same rigid motion applied to both parts leaves every answer unchanged; swapping the
