@@ -8,7 +8,9 @@
 #include <limits>
 #include <memory>
 #include <numbers>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "clash/geom/motion.h"
@@ -453,6 +455,69 @@ bool AnyBlocking(const Part& moving, const RigidTransform& X,
   return any;
 }
 
+// The least surface distance from the moving part at X to the obstacles (0 where surfaces
+// cross), exact when at most `bound` (else possibly +inf), with the nearest obstacle's id.
+double NearestDistance(const Part& moving, const RigidTransform& X,
+                       std::span<const SweepObstacle> obstacles, double bound = kInf,
+                       uint64_t* id = nullptr) {
+  double best = kInf;
+  const Aabb box = moving.bounds().Transformed(X);
+  for (const SweepObstacle& o : obstacles) {
+    // The boxes' distance bounds the surfaces' from below.
+    if (box.Distance(o.part->bounds().Transformed(o.X_WO)) > std::min(bound, best)) continue;
+    const double d = Distance(moving, X, *o.part, o.X_WO, std::min(bound, best)).distance;
+    if (d < best) {
+      best = d;
+      if (id) *id = o.id;
+    }
+  }
+  return best;
+}
+
+// The distance of the moving part at X from one obstacle, by id.
+double DistanceTo(const Part& moving, const RigidTransform& X,
+                  std::span<const SweepObstacle> obstacles, uint64_t id) {
+  for (const SweepObstacle& o : obstacles) {
+    if (o.id == id) return Distance(moving, X, *o.part, o.X_WO).distance;
+  }
+  ADD_FAILURE() << "no obstacle " << id;
+  return kInf;
+}
+
+// What sweep.h promises about the distance fields, against distances recomputed at the poses
+// they name: min_distance is the distance at t_min_distance (to min_distance_id, the nearest
+// there), the least at the checked poses, so at most the distance at t = 0 (always checked)
+// and, for a free path, at t = 1; min_distance_lower_bound is at most min_distance;
+// first_touch_t is a checked pose with distance <= τ (to first_touch_id, the nearest there),
+// and without one no checked pose came within τ.
+void ExpectDistanceFieldsConsistent(const Part& moving, const Motion& m,
+                                    std::span<const SweepObstacle> obstacles, double tau,
+                                    const SweepResult& r) {
+  // Distances recomputed at the same pose by the same query: rounding only.
+  constexpr double kSame = 1e-9;
+  ASSERT_LT(r.min_distance, kInf);
+  EXPECT_GE(r.t_min_distance, 0.0);
+  EXPECT_LE(r.t_min_distance, 1.0);
+  const RigidTransform X_min = m.PoseAt(r.t_min_distance);
+  EXPECT_NEAR(NearestDistance(moving, X_min, obstacles), r.min_distance, kSame);
+  EXPECT_NEAR(DistanceTo(moving, X_min, obstacles, r.min_distance_id), r.min_distance, kSame);
+  EXPECT_LE(r.min_distance, NearestDistance(moving, m.PoseAt(0), obstacles) + kSame);
+  if (!r.blocked) {
+    EXPECT_LE(r.min_distance, NearestDistance(moving, m.PoseAt(1), obstacles) + kSame);
+  }
+  EXPECT_LE(r.min_distance_lower_bound, r.min_distance + kSame);
+  EXPECT_GE(r.min_distance_lower_bound, 0.0);
+  if (r.first_touch_t >= 0) {
+    const RigidTransform X_touch = m.PoseAt(r.first_touch_t);
+    const double d = NearestDistance(moving, X_touch, obstacles);
+    EXPECT_LE(d, tau + kSame) << "first touch at " << r.first_touch_t;
+    EXPECT_NEAR(DistanceTo(moving, X_touch, obstacles, r.first_touch_id), d, kSame);
+    EXPECT_LE(r.min_distance, tau + kSame);
+  } else {
+    EXPECT_GT(r.min_distance, tau - kSame) << "a checked pose within τ, but no first touch";
+  }
+}
+
 TEST(Sweep, AgreesWithDenseSampling) {
   std::mt19937 rng = SeededRng(504);
   constexpr double kTau = 0.05;
@@ -463,7 +528,7 @@ TEST(Sweep, AgreesWithDenseSampling) {
   const MotionKind kinds[] = {MotionKind::kLinear, MotionKind::kRotation, MotionKind::kScrew,
                               MotionKind::kKeyframes};
   const int trials = Trials(48);
-  int run = 0, skipped = 0, blocked = 0, touched = 0, deeper_than_tau = 0;
+  int run = 0, skipped = 0, blocked = 0, touched = 0, deeper_than_tau = 0, bounded = 0;
   for (int trial = 0; trial < trials; ++trial) {
     const PartPtr moving =
         (trial % 2 ? MakeBlob(rng, 5, 6, 8, 0.3) : MakeBox(Vec3(6, 3, 2))).Part();
@@ -519,9 +584,55 @@ TEST(Sweep, AgreesWithDenseSampling) {
       EXPECT_EQ(ids, r.blocking_ids) << "trial " << trial;
       EXPECT_LE(m.MaxTravel(r.t_last_free, r.t_contact, TravelSphere(*moving)), kTau / 4 + 1e-12);
     }
+    // The same sweep with its checked poses recorded (a profile also caps far steps).
+    SweepOptions with_profile = Contact(kTau);
+    with_profile.profile = true;
+    const SweepResult p = Sweep(*moving, m, obstacles, with_profile);
+    ASSERT_FALSE(p.exhausted) << "trial " << trial;
+    {
+      SCOPED_TRACE(::testing::Message() << "trial " << trial);
+      ExpectDistanceFieldsConsistent(*moving, m, obstacles, kTau, r);
+      ExpectDistanceFieldsConsistent(*moving, m, obstacles, kTau, p);
+      // The profile lists the checked poses of the scan, from t = 0 on, with their distances:
+      // min_distance and first_touch_t are read from them.
+      ASSERT_FALSE(p.profile.empty());
+      EXPECT_EQ(p.profile.front().first, 0.0);
+      double min_d = kInf, min_t = -1, touch_t = -1;
+      for (std::size_t i = 0; i < p.profile.size(); ++i) {
+        const auto [t, d] = p.profile[i];
+        if (i > 0) {
+          EXPECT_GT(t, p.profile[i - 1].first);
+        }
+        if (i % 8 == 0) {  // one in eight recomputed, to keep the test fast
+          EXPECT_NEAR(d, NearestDistance(*moving, m.PoseAt(t), obstacles), 1e-9) << "t=" << t;
+        }
+        if (d < min_d) std::tie(min_d, min_t) = std::tie(d, t);
+        if (d <= kTau && touch_t < 0) touch_t = t;
+      }
+      EXPECT_EQ(p.min_distance, min_d);
+      EXPECT_EQ(p.t_min_distance, min_t);
+      EXPECT_EQ(p.first_touch_t, touch_t);
+    }
+    // The checked pose before the profile's first touch: the first touch lies after it, so
+    // every sample up to it is farther than τ (sweep.h).
+    double untouched_until = -1.0;
+    for (std::size_t i = 1; i < p.profile.size(); ++i) {
+      if (p.profile[i].first == p.first_touch_t) untouched_until = p.profile[i - 1].first;
+    }
+    // The least distance over the samples of the scanned free path.
+    double sampled_min = kInf, t_sampled_min = 0.0;
     for (int k = 0; k <= kSamples; ++k) {
       const double t = free_until * k / kSamples;
       const RigidTransform X = m.PoseAt(t);
+      if (k % 2 == 0) {  // distances at every other sample, to keep the test fast
+        const double d = NearestDistance(*moving, X, obstacles, std::max(sampled_min, kTau));
+        if (d < sampled_min) std::tie(sampled_min, t_sampled_min) = std::tie(d, t);
+        if (t <= untouched_until) {
+          EXPECT_GT(d, kTau) << "trial " << trial << " t=" << t << ": touching before the "
+                             << "checked pose " << untouched_until << " before the first touch "
+                             << p.first_touch_t;
+        }
+      }
       // Deeper than 1.25 τ implies deeper than τ: the second test only where the first hits.
       if (!AnyBlocking(*moving, X, obstacles, kTau)) continue;
       ++deeper_than_tau;
@@ -529,8 +640,19 @@ TEST(Sweep, AgreesWithDenseSampling) {
           << "trial " << trial << " (" << MotionKindName(m.kind()) << ") t=" << t
           << " blocked=" << r.blocked << " t_last_free=" << r.t_last_free;
     }
+    // The lower bound holds over the scanned path (up to the first blocked pose of the scan,
+    // at or after t_contact), of which [0, free_until] is part: at most the least sampled
+    // distance. The same for the profiled sweep where its scan covered the samples.
+    EXPECT_LE(r.min_distance_lower_bound, sampled_min + 1e-9)
+        << "trial " << trial << " sampled at t=" << t_sampled_min;
+    if (p.t_contact >= free_until) {
+      EXPECT_LE(p.min_distance_lower_bound, sampled_min + 1e-9)
+          << "trial " << trial << " sampled at t=" << t_sampled_min << " (profile)";
+    }
+    bounded += r.min_distance_lower_bound > 0;
   }
   ::testing::Test::RecordProperty("run", run);
+  ::testing::Test::RecordProperty("lower_bound_above_zero", bounded);
   ::testing::Test::RecordProperty("skipped", skipped);
   ::testing::Test::RecordProperty("blocked", blocked);
   ::testing::Test::RecordProperty("touched_not_blocked", touched);
@@ -541,6 +663,9 @@ TEST(Sweep, AgreesWithDenseSampling) {
   EXPECT_GE(blocked, std::max(1, run / 5));
   EXPECT_LE(blocked, run - std::max(1, run / 5));
   EXPECT_GE(touched, 1);
+  // The lower bound says something (above 0) in a good share of the runs (blocked and touching
+  // runs have it near 0; a scaled-down run may have none).
+  EXPECT_GE(bounded, run / 8);
 }
 
 // ---------------------------------------------------------------------------------------------
