@@ -836,13 +836,21 @@ DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b
   DistanceResult r;
   // Crossing surfaces are at distance 0: the early-exit overlap walk finds a witness far
   // sooner than a best-first distance walk through the overlapping boxes.
+  // It stops at the first crossing pair, whose segment's end is the witness.
   if (upper_bound >= 0.0) {
-    const IntersectionResult x = FindIntersections(a, X_WA, b, X_WB, 1);
-    if (!x.pairs.empty()) {
+    bool crossing = false;
+    ForOverlappingLeaves(f, [&](const BvhNode& na, const BvhNode& nb) {
+      return ForCrossingTriangles(f, na, nb,
+                                  [&](uint32_t ia, uint32_t jb, const TriangleIntersection& x) {
+                                    crossing = true;
+                                    r.p_WA = r.p_WB = X_WA * x.p0;
+                                    r.tri_a = ia;
+                                    r.tri_b = jb;
+                                    return true;
+                                  });
+    });
+    if (crossing) {
       r.distance = 0.0;
-      r.p_WA = r.p_WB = x.pairs[0].p0_W;
-      r.tri_a = x.pairs[0].tri_a;
-      r.tri_b = x.pairs[0].tri_b;
       return r;
     }
   }
