@@ -533,9 +533,11 @@ class SecurityTest(unittest.TestCase):
         # With the cap: A has 2 queries running or waiting, B's check is served.
         capped = start_clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
                               "--query-slots", "1", "--query-queue", "6", "--query-helpers", "0",
+                              "--max-query-seconds", "600",
                               "--tenant-max-concurrent-queries", "2")
         try:
-            scene, b_scene, seconds, instances = setup(capped, 24)
+            # (Fewer to start with under the sanitizers, where each pair takes ~100x longer.)
+            scene, b_scene, seconds, instances = setup(capped, h.scaled(24, minimum=3))
             self.assertGreaterEqual(seconds, 0.2, "tenant A's check is too quick to flood with")
             start = time.time()
             futures, got_b, b_seconds, channels = flood(capped, scene, b_scene, 10)
@@ -566,6 +568,7 @@ class SecurityTest(unittest.TestCase):
         # Without it (0): A's flood fills the slot and the queue, and B's check is refused.
         open_pool = start_clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
                                  "--query-slots", "1", "--query-queue", "6",
+                                 "--max-query-seconds", "600",
                                  "--query-helpers", "0", "--tenant-max-concurrent-queries", "0")
         try:
             scene, b_scene, seconds, instances = setup(open_pool, instances)
