@@ -59,25 +59,23 @@ absl::StatusOr<std::uint64_t> Tenant::CheckStorage(std::uint64_t more) const {
   return limits_.max_storage_bytes - used - more;
 }
 
-absl::StatusOr<Tenant::ImportTicket> Tenant::StartImport() {
-  if (!imports_) return ImportTicket();
-  absl::StatusOr<ImportTicket> ticket = imports_->Acquire([] { return absl::OkStatus(); });
+absl::StatusOr<WorkLimiter::Permit> Tenant::TakeTicket(std::optional<WorkLimiter>& limiter,
+                                                       int limit, const char* what) {
+  if (!limiter) return WorkLimiter::Permit();
+  absl::StatusOr<WorkLimiter::Permit> ticket = limiter->Acquire([] { return absl::OkStatus(); });
   if (absl::IsResourceExhausted(ticket.status())) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "tenant '", name_, "' has ", limits_.max_concurrent_imports, " imports running already"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tenant '", name_, "' has ", limit, " ", what, " already"));
   }
   return ticket;
 }
 
+absl::StatusOr<Tenant::ImportTicket> Tenant::StartImport() {
+  return TakeTicket(imports_, limits_.max_concurrent_imports, "imports running");
+}
+
 absl::StatusOr<Tenant::QueryTicket> Tenant::StartQuery() {
-  if (!queries_) return QueryTicket();
-  absl::StatusOr<QueryTicket> ticket = queries_->Acquire([] { return absl::OkStatus(); });
-  if (absl::IsResourceExhausted(ticket.status())) {
-    return absl::ResourceExhaustedError(absl::StrCat("tenant '", name_, "' has ",
-                                                     limits_.max_concurrent_queries,
-                                                     " queries running or waiting already"));
-  }
-  return ticket;
+  return TakeTicket(queries_, limits_.max_concurrent_queries, "queries running or waiting");
 }
 
 absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& name) {

@@ -64,6 +64,10 @@ class Tenant {
 
  private:
   friend class TenantRegistry;
+  // A ticket of `limiter` (none without a limit): RESOURCE_EXHAUSTED at once, naming `limit`
+  // and `what`, when the tenant holds all of them.
+  absl::StatusOr<WorkLimiter::Permit> TakeTicket(std::optional<WorkLimiter>& limiter, int limit,
+                                                 const char* what);
   Tenant(std::string name, std::string dir, const TenantLimits& limits)
       : name_(std::move(name)), dir_(std::move(dir)), limits_(limits) {
     // No queue: an import beyond the limit is refused at once.

@@ -136,14 +136,14 @@ std::vector<MeshShell> FindShells(const std::vector<Vec3>& vertices,
   std::vector<MeshShell> shells;
   tri_shell->resize(tris.size());
   for (uint32_t t = 0; t < tris.size(); ++t) {
-    uint32_t r = t;
-    while (parent[r] != r) r = parent[r];
-    if (r == t) {
+    // A parent's index is below its child's (unions and path halving only ever point to a
+    // smaller index), so the parent's shell is known: roots start shells.
+    if (parent[t] == t) {
       first_tri->push_back(t);
       shells.push_back({Aabb(), tris[t][0]});
     }
-    // Roots are the smallest index of their tree, so r's shell is known.
-    const uint32_t s = r == t ? static_cast<uint32_t>(shells.size() - 1) : (*tri_shell)[r];
+    const uint32_t s =
+        parent[t] == t ? static_cast<uint32_t>(shells.size() - 1) : (*tri_shell)[parent[t]];
     (*tri_shell)[t] = s;
     for (uint32_t v : tris[t]) shells[s].bounds.Add(vertices[v]);
   }

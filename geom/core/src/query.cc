@@ -206,19 +206,29 @@ bool ForCrossingTriangles(const PairFrame& f, const BvhNode& na, const BvhNode& 
   return false;
 }
 
+// The first crossing triangle pair the early-exit overlap walk meets: its triangles and one end
+// of its intersection segment (a's frame).
+struct Crossing {
+  uint32_t tri_a, tri_b;
+  Vec3 p_A;
+};
+std::optional<Crossing> FirstCrossing(const PairFrame& f) {
+  std::optional<Crossing> first;
+  ForOverlappingLeaves(f, [&](const BvhNode& na, const BvhNode& nb) {
+    return ForCrossingTriangles(f, na, nb,
+                                [&](uint32_t ia, uint32_t jb, const TriangleIntersection& x) {
+                                  first = Crossing{ia, jb, x.p0};
+                                  return true;
+                                });
+  });
+  return first;
+}
+
 }  // namespace
 
 bool SurfacesIntersect(const Part& a, const RigidTransform& X_WA, const Part& b,
                        const RigidTransform& X_WB) {
-  const PairFrame f(a, X_WA, b, X_WB);
-  bool hit = false;
-  ForOverlappingLeaves(f, [&](const BvhNode& na, const BvhNode& nb) {
-    return ForCrossingTriangles(f, na, nb, [&](uint32_t, uint32_t, const TriangleIntersection&) {
-      hit = true;
-      return true;
-    });
-  });
-  return hit;
+  return FirstCrossing(PairFrame(a, X_WA, b, X_WB)).has_value();
 }
 
 IntersectionResult FindIntersections(const Part& a, const RigidTransform& X_WA, const Part& b,
@@ -838,19 +848,11 @@ DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b
   // sooner than a best-first distance walk through the overlapping boxes.
   // It stops at the first crossing pair, whose segment's end is the witness.
   if (upper_bound >= 0.0) {
-    bool crossing = false;
-    ForOverlappingLeaves(f, [&](const BvhNode& na, const BvhNode& nb) {
-      return ForCrossingTriangles(f, na, nb,
-                                  [&](uint32_t ia, uint32_t jb, const TriangleIntersection& x) {
-                                    crossing = true;
-                                    r.p_WA = r.p_WB = X_WA * x.p0;
-                                    r.tri_a = ia;
-                                    r.tri_b = jb;
-                                    return true;
-                                  });
-    });
-    if (crossing) {
+    if (const std::optional<Crossing> x = FirstCrossing(f)) {
       r.distance = 0.0;
+      r.p_WA = r.p_WB = X_WA * x->p_A;
+      r.tri_a = x->tri_a;
+      r.tri_b = x->tri_b;
       return r;
     }
   }
