@@ -224,9 +224,10 @@ TEST(ClassifyPair, KnownCases) {
   const double deflection = kR * (1.0 - std::cos(M_PI / kSegments));
   const PartPtr pin = MakeCylinder(kR, 30, kSegments).Part();
   const PartPtr hole = MakeTube(kR, 25, 20, kSegments).Part();
-  const PartPtr hole_turned = MakeTube(kR, 25, 20, kSegments)
-                                  .Transformed({AxisAngle(M_PI / kSegments, Vec3::UnitZ()), {}})
-                                  .Part();
+  const PartPtr hole_turned =
+      MakeTube(kR, 25, 20, kSegments)
+          .Transformed({AxisAngle(M_PI / kSegments, Vec3::UnitZ()), Vec3::Zero()})
+          .Part();
   ASSERT_TRUE(hole->mesh().IsClosed());
   ASSERT_TRUE(pin->mesh().IsClosed());
   const PairTolerances pin_tol = Tol(2 * deflection);
@@ -516,6 +517,83 @@ TEST(ClassifyPair, EnteringSideCandidatesGiveTheDepthOfBothSides) {
   // random, and may not occur at all in a scaled-down run).
   EXPECT_GT(crossing, trials / 3);
   EXPECT_GT(hard, crossing / 4);
+}
+
+// The depth for the class only (a finite depth_cap_mm) against the full search, on blobs and
+// thin walls at tolerances from 0.01 to 3 mm: the same class, uncertain flag and crossing
+// pairs; the same depth and witnesses, to the bit, when the full depth lies within
+// [0.75 τ, max(1.25 τ, cap)]; a depth above that limit and at most the full one (witnesses
+// valid) when the full depth is above it; 0 when it is below 0.75 τ. Pairs apart or contained
+// are answered as before.
+TEST(ClassifyPair, DepthForTheClassOnlyKeepsTheClassAndTheDepthsThatMatter) {
+  auto rng = SeededRng(909);
+  const int trials = Trials(300, 30);
+  int below = 0, within = 0, above = 0, above_cap = 0, not_crossing = 0;
+  for (int i = 0; i < trials; ++i) {
+    PartPtr a, b;
+    const RigidTransform X_WA = RandomPose(rng, 50);
+    RigidTransform X_WB = X_WA;
+    if (i % 2 == 0) {
+      a = MakeBlob(rng, 8, 10, 14, 0.25).Part();
+      b = MakeBlob(rng, Uniform(rng, 1, 6), 9, 12, 0.3).Part();
+      X_WB = X_WA * RigidTransform{RandomRotation(rng), RandomPoint(rng, 12)};
+    } else {
+      a = (i % 4 == 1 ? MakeTube(4, 5, 10, 24) : MakeSubdividedBox(Vec3(5, 3, 0.5), 4)).Part();
+      b = (i % 3 != 0 ? MakeCylinder(Uniform(rng, 0.5, 4.5), 12, 20) : MakeBox(Vec3(1, 2, 6)))
+              .Part();
+      X_WB = X_WA * RigidTransform{RandomRotation(rng), RandomPoint(rng, 5)};
+    }
+    PairTolerances tol = Tol(std::pow(10.0, Uniform(rng, -2, 0.5)), i % 5 == 0 ? 2.0 : 0.0);
+    const PairClassification full = ClassifyPair(*a, X_WA, *b, X_WB, tol);
+    // No cap, a cap near the full depth (either side of it), or one anywhere up to 4 mm.
+    const double cap = i % 3 == 0   ? 0.0
+                       : i % 3 == 1 ? full.depth_mm * Uniform(rng, 0.7, 1.3)
+                                    : Uniform(rng, 0, 4);
+    tol.depth_cap_mm = cap;
+    const PairClassification got = ClassifyPair(*a, X_WA, *b, X_WB, tol);
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << i << ": " << ClashClassName(full.cls) << ", full depth "
+                 << full.depth_mm << ", τ " << tol.contact_mm << ", cap " << cap);
+    EXPECT_EQ(got.cls, full.cls);
+    EXPECT_EQ(got.uncertain, full.uncertain);
+    EXPECT_EQ(got.intersecting_pairs, full.intersecting_pairs);
+    EXPECT_EQ(got.intersections_truncated, full.intersections_truncated);
+    EXPECT_EQ(got.containment, full.containment);
+    EXPECT_EQ(got.distance_mm, full.distance_mm);
+    const bool crossing = full.intersecting_pairs > 0;
+    const double limit = std::max(1.25 * tol.contact_mm, cap) * (1 + 1e-9);
+    if (!crossing || (full.depth_mm >= 0.75 * tol.contact_mm && full.depth_mm <= limit)) {
+      not_crossing += !crossing;
+      within += crossing;
+      EXPECT_EQ(std::tie(got.depth_mm, got.tri_a, got.tri_b),
+                std::tie(full.depth_mm, full.tri_a, full.tri_b));
+      EXPECT_TRUE(got.p_WA == full.p_WA && got.p_WB == full.p_WB);
+    } else if (full.depth_mm > limit) {
+      ++above;
+      above_cap += cap > 1.25 * tol.contact_mm;
+      EXPECT_GT(got.depth_mm, limit);
+      EXPECT_LE(got.depth_mm, full.depth_mm);
+    } else {
+      ++below;
+      EXPECT_EQ(got.depth_mm, 0.0);
+    }
+    ExpectWitnessesValid(*a, X_WA, *b, X_WB, got);
+    // The order of the arguments does not matter either.
+    const PairClassification swapped = ClassifyPair(*b, X_WB, *a, X_WA, tol);
+    EXPECT_EQ(std::tie(swapped.cls, swapped.uncertain, swapped.depth_mm),
+              std::tie(got.cls, got.uncertain, got.depth_mm));
+  }
+  RecordProperty("below", below);
+  RecordProperty("within", within);
+  RecordProperty("above", above);
+  RecordProperty("above_cap", above_cap);
+  RecordProperty("not_crossing", not_crossing);
+  // Not vacuous: every regime occurs.
+  EXPECT_GE(below, std::max(1, trials / 30));
+  EXPECT_GE(within, std::max(1, trials / 30));
+  EXPECT_GE(above, trials / 5);
+  EXPECT_GE(above_cap, std::max(1, trials / 30));
+  EXPECT_GE(not_crossing, std::max(1, trials / 30));
 }
 
 // A part of two solids, the small one given inside out, classifies like the part given

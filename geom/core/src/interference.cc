@@ -30,6 +30,7 @@ constexpr double kPointSegmentRelative = 1e-9;
 // Candidates nearer than this fraction of the coordinates' magnitude to the other surface are
 // on it (the rounding noise of coincident surfaces is ~1e-15 of it).
 constexpr double kOnSurfaceRelative = 1e-12;
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 using internal::DeepestPoint;
 using Candidate = internal::DepthCandidate;
@@ -277,15 +278,16 @@ double internal::OnSurfaceDistance(const Part& q, const RigidTransform& X_WP,
 // anchor outside Q is outside too, and skipped.
 DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
                                      const RigidTransform& X_WP, const Part& q,
-                                     const RigidTransform& X_WQ, const DeepestPoint* to_beat) {
+                                     const RigidTransform& X_WQ, const DeepestPoint* to_beat,
+                                     double floor, double stop_above) {
   // Bounds are sums of rounded distances: grown by far more than their rounding, so that no
   // candidate is skipped, nor searched too narrowly, because of it.
   constexpr double kBoundSlack = 1e-9;
   DeepestPoint best;
   // The depth a candidate must exceed: the best so far, at least the on-surface distance and
   // `to_beat`'s depth. A candidate as deep as the best (or as `to_beat`, while none is found)
-  // wins when lexicographically smaller.
-  double beat = OnSurfaceDistance(q, X_WP, X_WQ);
+  // wins when lexicographically smaller. Nothing at or below the floor counts.
+  double beat = std::max(OnSurfaceDistance(q, X_WP, X_WQ), floor);
   const Vec3* tie_point = nullptr;
   if (to_beat != nullptr && to_beat->found && to_beat->depth > beat) {
     beat = to_beat->depth;
@@ -355,6 +357,7 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
     best.p_WQ = X_WQ * d.p_PC;
     best.tri_p = c.tri;
     best.tri_q = d.triangle;
+    if (best.depth > stop_above) break;
   }
   return best;
 }
@@ -460,17 +463,26 @@ PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, co
     // are searched only for one that beats the deepest point of b inside a (by the order of
     // `deeper` below): the same answer, and that search prunes against the depth of b inside a
     // from its first candidate.
+    //
+    // For the class only, depths below 0.75 τ are not looked for (they decide neither the class
+    // nor the uncertain flag), and the search stops at its first point deeper than the limit
+    // (the second side's too, when the first side found one).
+    const bool class_only = tol.depth_cap_mm != kInfinity;
+    const double floor = class_only ? (1.0 - kUncertainFraction) * contact * (1.0 - 1e-9) : 0.0;
+    const double cap = tol.depth_cap_mm > 0.0 ? tol.depth_cap_mm : 0.0;  // NaN: 0
+    const double stop =
+        class_only ? std::max(kSearchBeyondContact * contact, cap) * (1.0 + 1e-9) : kInfinity;
     DeepestPoint in_b, in_a;  // candidates of a inside b, of b inside a
     bool sampled = false;     // the cap on candidates left some out
     if (a_closed) {
       in_a = internal::DeepestInside(DepthCandidates(b, a, X_BW * X_WA, on_b, contact,
                                                      tol.max_depth_samples, options, &sampled),
-                                     X_WB, a, X_WA);
+                                     X_WB, a, X_WA, nullptr, floor, stop);
     }
-    if (b_closed) {
+    if (b_closed && !(in_a.found && in_a.depth > stop)) {
       in_b = internal::DeepestInside(DepthCandidates(a, b, X_AW * X_WB, on_a, contact,
                                                      tol.max_depth_samples, options, &sampled),
-                                     X_WA, b, X_WB, &in_a);
+                                     X_WA, b, X_WB, &in_a, floor, stop);
     }
     auto deeper = [](const DeepestPoint& u, const DeepestPoint& v) {
       return u.found &&

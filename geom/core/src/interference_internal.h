@@ -47,10 +47,14 @@ struct DeepestPoint {
 /// deep and lexicographically smaller): the result is the unbounded search's when that beats
 /// `to_beat`, and not found otherwise. ClassifyPair passes the other side's deepest point, so
 /// this side's search prunes against it from the start.
-[[nodiscard]] DeepestPoint DeepestInside(std::span<const DepthCandidate> candidates,
-                                         const RigidTransform& X_WP, const Part& q,
-                                         const RigidTransform& X_WQ,
-                                         const DeepestPoint* to_beat = nullptr);
+///
+/// `floor` > 0: only candidates deeper than it count (the result is the unbounded search's when
+/// that is deeper than the floor, and not found otherwise). `stop_above` finite: the search
+/// stops at its first point deeper than it and returns that point.
+[[nodiscard]] DeepestPoint DeepestInside(
+    std::span<const DepthCandidate> candidates, const RigidTransform& X_WP, const Part& q,
+    const RigidTransform& X_WQ, const DeepestPoint* to_beat = nullptr, double floor = 0.0,
+    double stop_above = std::numeric_limits<double>::infinity());
 
 /// How ClassifyPair's depth estimate picks its candidate points.
 struct DepthOptions {

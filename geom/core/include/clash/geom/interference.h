@@ -54,6 +54,16 @@
 // away; a point near an already searched one at most that one's distance plus their
 // separation) is below the best depth, and those in the empty ball about a searched point
 // outside the other part. The result is the one a search of every candidate gives (tested).
+//
+// Depth for the class only (PairTolerances::depth_cap_mm finite): a caller that needs the
+// class, not the full depth (a plugin dragging a part), lets step 1 look only for candidates
+// deeper than 0.75 τ (the others cannot change the class or the uncertain flag) and stop at its
+// first candidate deeper than max(1.25 τ, depth_cap_mm), skipping the second side's search
+// when the first side found one. The class and the uncertain flag are those of the full
+// search, and so are the depth and its witnesses when the full depth lies within
+// [0.75 τ, max(1.25 τ, depth_cap_mm)]; above, the depth is that of the first candidate found
+// deeper than the limit (a lower bound of the full estimate, with valid witnesses); below, it
+// is 0 with the witnesses on an intersection segment (tested against the full search).
 #pragma once
 
 #include <cstddef>
@@ -86,6 +96,10 @@ struct PairTolerances {
   std::size_t max_witness_pairs = 64;  ///< Intersecting triangle pairs collected.
   std::size_t max_depth_samples =
       4096;  ///< Cap on candidate points per side for the depth estimate.
+  /// +inf (default): the full depth estimate. Finite: the depth only as far as the class needs
+  /// and up to this depth (an allowed-interference rule's depth limit); see the top of this
+  /// file. Negative or NaN counts as 0.
+  double depth_cap_mm = std::numeric_limits<double>::infinity();
 };
 
 /// The answer for one pair of parts.
