@@ -384,6 +384,8 @@ class World {
   std::vector<v1::Pose> move_poses_;
   std::vector<RigidTransform> move_X_;  // As the server reads move_poses_.
   std::vector<v1::InterferenceRequest> move_requests_;
+  // The same moves with DEPTH_ESTIMATE_CLASS_ONLY (a plugin dragging a part wants the classes).
+  std::vector<v1::InterferenceRequest> move_class_requests_;
   v1::DistanceRequest distance_request_;        // the moved instance (first pose) vs the rest
   v1::DistanceRequest whole_distance_request_;  // any two instances of the scene
   v1::InterferenceRequest stored_request_;
@@ -629,6 +631,8 @@ absl::Status World::ChooseWorkloads() {
       *distance_request_.mutable_pose_overrides() = r.pose_overrides();
       whole_distance_request_.set_scene_id(scene_id_);
     }
+    move_class_requests_.push_back(r);
+    move_class_requests_.back().set_depth_estimate(v1::DEPTH_ESTIMATE_CLASS_ONLY);
     move_requests_.push_back(std::move(r));
   }
   stored_request_.set_scene_id(scene_id_);
@@ -821,6 +825,23 @@ absl::Status World::Check() {
       ++(touching.contains(id) ? fcl_contact : fcl_other);
     }
     fcl_keys_.push_back(fcl);
+    // The class-only depth gives the same clashes and classes (the key), through gRPC and in
+    // process, and no depth beyond the full estimate's.
+    CLASH_ASSIGN_OR_RETURN(v1::InterferenceResponse fast,
+                           client_->CheckInterference(move_class_requests_[k]));
+    CLASH_ASSIGN_OR_RETURN(local, LocalInterference(move_class_requests_[k]));
+    CLASH_RETURN_IF_ERROR(SameAnswer(absl::StrCat("class-only move ", k), fast, local));
+    if (Key(fast) != move_keys_[k]) {
+      return absl::InternalError(absl::StrCat("move ", k, ": the class-only depth answers ",
+                                              Key(fast), " but the full depth ", move_keys_[k]));
+    }
+    for (int c = 0; c < fast.clashes_size(); ++c) {
+      if (fast.clashes(c).depth_mm() > grpc.clashes(c).depth_mm()) {
+        return absl::InternalError(absl::StrCat("move ", k, ": a class-only depth ",
+                                                fast.clashes(c).depth_mm(), " exceeds the full ",
+                                                grpc.clashes(c).depth_mm()));
+      }
+    }
   }
   // FCL's tree back to the stored pose.
   fcl_moved_->setTransform(ToFcl(moved_X_WP_));
@@ -830,7 +851,8 @@ absl::Status World::Check() {
                "check: move-and-check, %d poses: %zu clashes, same through gRPC; HARD partners "
                "%zu, all found by FCL; CONTACT partners %zu, of which FCL reports %zu "
                "(FCL has no contact tolerance: touching pairs go either way); FCL pairs outside "
-               "clashd's HARD+CONTACT: %zu; FCL pairs in all: %zu\n",
+               "clashd's HARD+CONTACT: %zu; FCL pairs in all: %zu; the class-only depth gives "
+               "the same clashes and classes\n",
                kMovePoses, move_clashes_, hard, contact, fcl_contact, fcl_other, fcl_total);
   // 5. Stored moves: through gRPC = in process = the same pose given as an override. Both sides
   // are left at the same stored pose; queries with an override of the moved instance do not
@@ -1044,6 +1066,18 @@ void World::Register() {
       "MoveCheck", "one-thread",
       [this](int64_t i) { return LocalInterference(move_requests_[i % kMovePoses], true); },
       [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
+  // The same with the depth resolved for the class only (DEPTH_ESTIMATE_CLASS_ONLY).
+  both(
+      "MoveCheckClass",
+      [this](int64_t i) {
+        return client_->CheckInterference(move_class_requests_[i % kMovePoses]);
+      },
+      [this](int64_t i) { return LocalInterference(move_class_requests_[i % kMovePoses]); },
+      [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
+  local(
+      "MoveCheckClass", "one-thread",
+      [this](int64_t i) { return LocalInterference(move_class_requests_[i % kMovePoses], true); },
+      [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
   add("BM_MoveCheck/fcl", [this](benchmark::State& state) {
     TimedLoop(
         state, "BM_MoveCheck/fcl", [&](int64_t i) { return FclMove(i % kMovePoses); },
@@ -1124,6 +1158,7 @@ void PrintTable() {
       {"distance, dragged instance vs the scene", "Distance"},
       {"distance, any two instances", "DistanceWholeScene"},
       {"move-and-check (override)", "MoveCheck"},
+      {"move-and-check, depth for the class only", "MoveCheckClass"},
       {"SetPoses + check (stored)", "StoredMoveCheck"},
       {"whole scene, every pair afresh", "WholeScene"},
   };

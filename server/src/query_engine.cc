@@ -418,6 +418,21 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   }
   std::vector<AllowRule> rules;
   CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, request.allowed(), &rules));
+  // The depth each pair must resolve: all of it, or (for the class only) up to the deepest
+  // limit of a rule, so that every rule covers what it would with the full depth.
+  double depth_cap_mm = std::numeric_limits<double>::infinity();
+  switch (request.depth_estimate()) {
+    case v1::DEPTH_ESTIMATE_UNSPECIFIED:
+    case v1::DEPTH_ESTIMATE_FULL:
+      break;
+    case v1::DEPTH_ESTIMATE_CLASS_ONLY:
+      depth_cap_mm = 0;
+      for (const AllowRule& rule : rules) depth_cap_mm = std::max(depth_cap_mm, rule.max_depth_mm);
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown depth_estimate ", static_cast<int>(request.depth_estimate())));
+  }
 
   // The broad phase grows boxes by the largest tolerance any pair can have.
   const double max_tau =
@@ -523,8 +538,9 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
         const Job& j = jobs[k];
         if (!j.done || !j.cacheable) continue;
         if (scene.pair_cache.size() > 4'000'000) scene.pair_cache.clear();
-        scene.pair_cache[{j.ra->id, j.rb->id}] = CachedPair{
-            j.ra->pose_version, j.rb->pose_version, j.tol.contact_mm, j.tol.clearance_mm, j.pc};
+        scene.pair_cache[{j.ra->id, j.rb->id}] =
+            CachedPair{j.ra->pose_version, j.rb->pose_version, j.tol.contact_mm,
+                       j.tol.clearance_mm, j.tol.depth_cap_mm, j.pc};
       }
     }
     CLASH_RETURN_IF_ERROR(shared_stop.status());
@@ -542,6 +558,7 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     Job job{ra, rb, posed.Get(*ra), posed.Get(*rb), {}, false, false, {}};
     job.tol.contact_mm = PairTolerance(tol, *ra, *rb);
     job.tol.clearance_mm = tol.clearance_mm();
+    job.tol.depth_cap_mm = depth_cap_mm;
     const double grow = std::max(job.tol.contact_mm, job.tol.clearance_mm);
     if (!job.a.box.Inflated(grow).Overlaps(job.b.box)) continue;
     summary->set_candidate_pairs(summary->candidate_pairs() + 1);
@@ -552,7 +569,8 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
       if (it != scene.pair_cache.end() && it->second.pose_version_a == ra->pose_version &&
           it->second.pose_version_b == rb->pose_version &&
           it->second.contact_mm == job.tol.contact_mm &&
-          it->second.clearance_mm == job.tol.clearance_mm) {
+          it->second.clearance_mm == job.tol.clearance_mm &&
+          it->second.depth_cap_mm >= job.tol.depth_cap_mm) {
         job.pc = it->second.result;
         job.done = true;
         summary->set_cached_pairs(summary->cached_pairs() + 1);
@@ -576,6 +594,9 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   if (end < clashes.size()) response.set_next_page_token(absl::StrCat(scene.version, ":", end));
   response.set_scene_version(scene.version);
   *response.mutable_tolerances() = tol;
+  response.set_depth_estimate(request.depth_estimate() == v1::DEPTH_ESTIMATE_CLASS_ONLY
+                                  ? v1::DEPTH_ESTIMATE_CLASS_ONLY
+                                  : v1::DEPTH_ESTIMATE_FULL);
   return response;
 }
 

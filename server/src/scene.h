@@ -44,6 +44,9 @@ struct CachedPair {
   uint64_t pose_version_b = 0;
   double contact_mm = 0;
   double clearance_mm = 0;
+  /// The depth the answer resolves (PairTolerances::depth_cap_mm): it serves requests that
+  /// need no more (an answer of the full depth, +inf, serves every request).
+  double depth_cap_mm = 0;
   geom::PairClassification result;
 };
 

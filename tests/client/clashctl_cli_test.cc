@@ -393,6 +393,22 @@ TEST_F(ClashctlCli, CheckWithoutBLeavesSetBUnsetAndSendsAnExplicitTolerance) {
   EXPECT_EQ(record_.interference.set_a().ByteSizeLong(), 0u);
   ASSERT_TRUE(record_.interference.tolerances().has_contact_tolerance_mm());
   EXPECT_EQ(record_.interference.tolerances().contact_tolerance_mm(), 0.05);
+  EXPECT_EQ(record_.interference.depth_estimate(), v1::DEPTH_ESTIMATE_UNSPECIFIED);
+}
+
+// --depth class asks for DEPTH_ESTIMATE_CLASS_ONLY, and the summary says the depths were
+// resolved for the class only when the answer says so.
+TEST_F(ClashctlCli, CheckDepthForTheClassOnly) {
+  record_.interference_answer.set_depth_estimate(v1::DEPTH_ESTIMATE_CLASS_ONLY);
+  const Result r = Cli({"check", "s42", "--depth", "class"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(record_.interference.depth_estimate(), v1::DEPTH_ESTIMATE_CLASS_ONLY);
+  EXPECT_THAT(r.out, HasSubstr("depths for the class only"));
+  record_.interference_answer.set_depth_estimate(v1::DEPTH_ESTIMATE_FULL);
+  const Result full = Cli({"check", "s42", "--depth", "full"});
+  EXPECT_EQ(full.code, kExitOk) << full.err;
+  EXPECT_EQ(record_.interference.depth_estimate(), v1::DEPTH_ESTIMATE_UNSPECIFIED);
+  EXPECT_THAT(full.out, Not(HasSubstr("class only")));
 }
 
 TEST_F(ClashctlCli, CheckExitCodeFollowsSuppressionAndClass) {
@@ -441,6 +457,7 @@ TEST_F(ClashctlCli, UsageErrorsExitTwoWithoutCallingTheServer) {
       {{"check", "s42", "--a", "bolts"}, "--a: selector item 'bolts'"},
       {{"check", "s42", "--allow", "nameless"}, "is not NAME=SEL_A"},
       {{"check", "s42", "--clearance-mm", "-1"}, "--clearance-mm must be"},
+      {{"check", "s42", "--depth", "deep"}, "--depth: 'deep' is neither full nor class"},
       {{"place", "s42", "--part", "p1", "--at", "1,2"}, "--at: expected x,y,z"},
       {{"place", "s42", "--part", "p1", "--rot-deg", "nan,0,0"}, "'nan' is not a finite"},
       {{"place", "s42"}, "exactly one of --part, --assembly"},

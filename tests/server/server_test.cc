@@ -620,6 +620,8 @@ TEST_F(ServerTest, BadQueryInputsGetThePromisedStatus) {
         *u->mutable_pose() = ToPose(RigidTransform::Translation(Vec3(nan, 0, 0)));
       },
       Code::kInvalidArgument, "");
+  check([](auto& r) { r.set_depth_estimate(static_cast<v1::DepthEstimate>(7)); },
+        Code::kInvalidArgument, "unknown depth_estimate");
 
   v1::DistanceRequest distance;
   distance.set_scene_id(scene);
@@ -734,6 +736,80 @@ TEST_F(ServerTest, ClassesOfKnownBoxPairs) {
     EXPECT_EQ(again.clashes(i).clash_id(), r.clashes(i).clash_id());
   }
   EXPECT_EQ(again.summary().cached_pairs(), again.summary().candidate_pairs());
+}
+
+// DEPTH_ESTIMATE_CLASS_ONLY against FULL on bars dipped into a big cube by known depths
+// (τ 0.1 mm): 0.05 (CONTACT, below 0.75 τ: depth 0), 0.09 (CONTACT, uncertain: the same depth),
+// 0.5 (HARD: a depth above 1.25 τ, at most 0.5) and 3 (HARD, beyond the 2 mm limit of a rule
+// that allows the bars: not suppressed, as with the full depth, while 0.5 is). Classes,
+// flags and suppressions are FULL's. A class-only answer in the pair cache does not serve a
+// FULL request; a FULL one serves a class-only request.
+TEST_F(ServerTest, DepthForTheClassOnlyKeepsClassesFlagsAndSuppressions) {
+  const std::string big = Upload(MakeBox(Vec3(5, 5, 5)), "big");
+  const std::string bar = Upload(MakeBox(Vec3(2.5, 1, 1)), "bar");
+  const std::string scene = NewScene();
+  const uint64_t a = Place(scene, big, RigidTransform::Identity(), "a");
+  const std::vector<double> depths = {0.05, 0.09, 0.5, 3.0};
+  // Apart from each other, and the deep one 3 mm from every face of the big cube but one.
+  const std::vector<std::pair<double, double>> yz = {{-3, -3}, {3, -3}, {-3, 3}, {0, 0}};
+  std::map<std::string, double> depth_of;
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene);
+  req.mutable_set_a()->add_instance_ids(a);
+  req.mutable_set_b();
+  req.mutable_tolerances()->set_contact_tolerance_mm(0.1);
+  v1::AllowedInterference* rule = req.add_allowed();
+  rule->set_name("bars");
+  rule->mutable_a()->add_instance_ids(a);
+  rule->set_max_depth_mm(2.0);
+  for (std::size_t i = 0; i < depths.size(); ++i) {
+    const std::string name = absl::StrCat("bar", i);
+    const uint64_t id =
+        Place(scene, bar,
+              RigidTransform::Translation(Vec3(7.5 - depths[i], yz[i].first, yz[i].second)), name);
+    rule->mutable_b()->add_instance_ids(id);
+    depth_of[name] = depths[i];
+  }
+  req.set_depth_estimate(v1::DEPTH_ESTIMATE_CLASS_ONLY);
+  const auto fast = client_->CheckInterference(req);
+  ASSERT_THAT(fast.status(), IsOk());
+  EXPECT_EQ(fast->depth_estimate(), v1::DEPTH_ESTIMATE_CLASS_ONLY);
+  EXPECT_EQ(fast->summary().cached_pairs(), 0u);
+  req.set_depth_estimate(v1::DEPTH_ESTIMATE_FULL);
+  const auto full = client_->CheckInterference(req);
+  ASSERT_THAT(full.status(), IsOk());
+  EXPECT_EQ(full->depth_estimate(), v1::DEPTH_ESTIMATE_FULL);
+  EXPECT_EQ(full->summary().cached_pairs(), 0u) << "class-only answers served a FULL request";
+  ASSERT_EQ(full->clashes_size(), 4);
+  ASSERT_EQ(fast->clashes_size(), 4);
+  for (int i = 0; i < 4; ++i) {
+    const v1::Clash& f = full->clashes(i);
+    const v1::Clash& c = fast->clashes(i);
+    const double d = depth_of[f.path_b()];
+    SCOPED_TRACE(f.path_b());
+    EXPECT_NEAR(f.depth_mm(), d, 1e-9);
+    EXPECT_EQ(f.clash_class(), d > 0.1 ? v1::HARD : v1::CONTACT);
+    EXPECT_EQ(f.uncertain(), d == 0.09);
+    EXPECT_EQ(f.suppressed(), d <= 2.0);
+    EXPECT_EQ(std::make_tuple(c.path_b(), c.clash_class(), c.uncertain(), c.suppressed()),
+              std::make_tuple(f.path_b(), f.clash_class(), f.uncertain(), f.suppressed()));
+    if (d < 0.075) {
+      EXPECT_EQ(c.depth_mm(), 0.0);
+    } else if (d <= 0.125) {
+      EXPECT_EQ(c.depth_mm(), f.depth_mm());
+    } else {
+      EXPECT_GT(c.depth_mm(), d < 2.0 ? 0.125 : 2.0);
+      EXPECT_LE(c.depth_mm(), f.depth_mm());
+    }
+  }
+  EXPECT_EQ(fast->summary().suppressed(), full->summary().suppressed());
+  EXPECT_EQ(full->summary().hard(), 1u);
+  req.set_depth_estimate(v1::DEPTH_ESTIMATE_CLASS_ONLY);
+  const auto cached = client_->CheckInterference(req);
+  ASSERT_THAT(cached.status(), IsOk());
+  EXPECT_EQ(cached->summary().cached_pairs(), 4u);
+  ASSERT_EQ(cached->clashes_size(), 4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(cached->clashes(i).depth_mm(), full->clashes(i).depth_mm());
 }
 
 // Disabled instances take no part in checks or picks, whether the request names instances

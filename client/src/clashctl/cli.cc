@@ -503,6 +503,7 @@ struct CheckArgs {
   std::optional<double> contact_tolerance_mm;
   double clearance_mm = 0;
   std::vector<std::string> allow;
+  std::string depth = "full";
   bool all_classes = false;
   std::string junit;
 };
@@ -524,6 +525,12 @@ int RunCheck(Session& s, const CheckArgs& a) {
     absl::StatusOr<v1::AllowedInterference> rule = ParseAllowRule(text);
     if (!rule.ok()) return s.Usage(rule.status());
     *request.add_allowed() = *std::move(rule);
+  }
+  if (a.depth == "class") {
+    request.set_depth_estimate(v1::DEPTH_ESTIMATE_CLASS_ONLY);
+  } else if (a.depth != "full") {
+    return s.Usage(absl::InvalidArgumentError(
+        absl::StrCat("--depth: '", a.depth, "' is neither full nor class")));
   }
 
   absl::StatusOr<v1::InterferenceResponse> response = s.client().CheckInterference(request);
@@ -893,6 +900,9 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
                    "allowed interference NAME=SEL_A[/SEL_B][:CLASSES] (repeatable); CLASSES: "
                    "comma-separated hard, contact, clearance, contained (default all)")
       ->allow_extra_args(false);
+  check_cmd->add_option("--depth", check_args.depth,
+                        "full: the depth estimate; class: only as far as the classes need "
+                        "(faster; depths outside 0.75-1.25 x tolerance are bounds)");
   check_cmd->add_flag("--all-classes", check_args.all_classes, "list CONTACT rows too");
   check_cmd->add_option("--junit", check_args.junit, "also write a JUnit XML report to FILE");
   on_run(check_cmd, [&] { return RunCheck(session, check_args); });

@@ -408,12 +408,13 @@ std::string FormatInterferenceSummary(const v1::InterferenceResponse& r) {
   const std::string clearance = r.tolerances().clearance_mm() > 0
                                     ? absl::StrCat(Mm(r.tolerances().clearance_mm()), " mm")
                                     : std::string("not checked");
-  return absl::StrCat("HARD ", s.hard(), ", CONTAINED ", s.contained(), ", CONTACT ", s.contact(),
-                      ", CLEARANCE ", s.clearance(), ", suppressed ", s.suppressed(),
-                      "; contact tolerance ", ContactToleranceText(r), ", clearance ", clearance,
-                      "; ", s.instances(), " instances, ", s.candidate_pairs(),
-                      " candidate pairs (", s.cached_pairs(), " cached), scene version ",
-                      r.scene_version());
+  return absl::StrCat(
+      "HARD ", s.hard(), ", CONTAINED ", s.contained(), ", CONTACT ", s.contact(), ", CLEARANCE ",
+      s.clearance(), ", suppressed ", s.suppressed(), "; contact tolerance ",
+      ContactToleranceText(r), ", clearance ", clearance,
+      r.depth_estimate() == v1::DEPTH_ESTIMATE_CLASS_ONLY ? "; depths for the class only" : "",
+      "; ", s.instances(), " instances, ", s.candidate_pairs(), " candidate pairs (",
+      s.cached_pairs(), " cached), scene version ", r.scene_version());
 }
 
 std::string XmlEscape(std::string_view text) {
