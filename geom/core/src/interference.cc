@@ -205,23 +205,27 @@ void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other
   }
 }
 
-// The candidates of part P that may lie inside part Q (X_PQ: Q's pose in P), capped by stride
-// (*sampled set when the cap left some out).
-std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const RigidTransform& X_PQ,
-                                       const std::vector<Crossing>& crossings, double contact,
-                                       std::size_t cap, const internal::DepthOptions& options,
-                                       bool* sampled) {
-  std::vector<Candidate> all;
-  if (cap == 0) return all;
-  // Lattice and beside points per crossing, at most (a vertex-like crossing has 3 directions).
-  constexpr std::size_t kLatticePoints = (kLattice + 1) * (kLattice + 2) / 2 - 3;
-  all.reserve(crossings.size() * (kLatticePoints + 3 * kMaxHalvings));
+// P's vertices inside Q's box (X_PQ: Q's pose in P): candidates that may lie inside Q.
+std::vector<Candidate> VertexCandidates(const Part& p, const Part& q, const RigidTransform& X_PQ,
+                                        const internal::DepthOptions& options) {
+  std::vector<Candidate> out;
   // Arvo's box is exact up to rounding: grow it by far more than that.
   Aabb box_q = q.bounds().Transformed(X_PQ);
   const double magnitude =
       std::max(box_q.min.cwiseAbs().maxCoeff(), box_q.max.cwiseAbs().maxCoeff());
   box_q = box_q.Inflated(1e-9 * (box_q.Diagonal() + magnitude) + 1e-12);
-  VerticesInBox(p, box_q, options.max_stamped_vertices, &all);
+  VerticesInBox(p, box_q, options.max_stamped_vertices, &out);
+  return out;
+}
+
+// The lattice and beside points of P's crossings with Q (X_PQ: Q's pose in P).
+std::vector<Candidate> CrossingCandidates(const Part& p, const Part& q, const RigidTransform& X_PQ,
+                                          const std::vector<Crossing>& crossings, double contact,
+                                          const internal::DepthOptions& options) {
+  std::vector<Candidate> out;
+  // Lattice and beside points per crossing, at most (a vertex-like crossing has 3 directions).
+  constexpr std::size_t kLatticePoints = (kLattice + 1) * (kLattice + 2) / 2 - 3;
+  out.reserve(crossings.size() * (kLatticePoints + 3 * kMaxHalvings));
   // Outward normals of the crossed triangles of Q, in P's frame.
   std::vector<Vec3> other_normals(crossings.size());
   for (std::size_t i = 0; i < crossings.size(); ++i) {
@@ -231,17 +235,24 @@ std::vector<Candidate> DepthCandidates(const Part& p, const Part& q, const Rigid
   for (std::size_t i = 0, j = 0; i < crossings.size(); i = j) {
     while (j < crossings.size() && crossings[j].tri == crossings[i].tri) ++j;
     LatticePoints(p, std::span(crossings).subspan(i, j - i),
-                  std::span<const Vec3>(other_normals).subspan(i, j - i), options.both_sides, &all);
+                  std::span<const Vec3>(other_normals).subspan(i, j - i), options.both_sides, &out);
   }
   for (std::size_t i = 0; i < crossings.size(); ++i) {
     PointsBesideCrossing(p, crossings[i], other_normals[i], 0.5 * contact, options.both_sides,
-                         &all);
+                         &out);
   }
-  if (all.size() <= cap) return all;
+  return out;
+}
+
+// Keeps `keep` of the candidates by deterministic stride (all when there are no more); sets
+// *sampled when some are left out.
+void Subsample(std::size_t keep, std::vector<Candidate>* candidates, bool* sampled) {
+  const std::size_t n = candidates->size();
+  if (n <= keep) return;
   *sampled = true;
-  std::vector<Candidate> kept(cap);
-  for (std::size_t i = 0; i < cap; ++i) kept[i] = all[i * all.size() / cap];
-  return kept;
+  std::vector<Candidate> kept(keep);
+  for (std::size_t i = 0; i < keep; ++i) kept[i] = (*candidates)[i * n / keep];
+  *candidates = std::move(kept);
 }
 
 // Whether x is before y lexicographically (a tie-break that does not depend on argument order).
@@ -439,67 +450,99 @@ PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, co
   const double contact = std::max(0.0, tol.contact_mm);
   const double clearance = std::max(0.0, tol.clearance_mm);
 
-  // 1. Crossing surfaces: estimate the depth from both sides.
-  const IntersectionResult x = FindIntersections(a, X_WA, b, X_WB, tol.max_witness_pairs);
+  // 1. Crossing surfaces: estimate the depth from both sides. For the class only, the first
+  // crossing pair tells that they cross; the others are collected only when the vertices do
+  // not decide (below).
+  const bool class_only = tol.depth_cap_mm != kInfinity;
+  IntersectionResult x = FindIntersections(
+      a, X_WA, b, X_WB,
+      class_only ? std::min<std::size_t>(1, tol.max_witness_pairs) : tol.max_witness_pairs);
   if (!x.pairs.empty() || x.truncated) {
     r.distance_mm = 0.0;
-    r.intersecting_pairs = x.pairs.size();
-    r.intersections_truncated = x.truncated;
     const RigidTransform X_AW = X_WA.Inverse(), X_BW = X_WB.Inverse();
-    std::vector<Crossing> on_a, on_b;
-    for (const TrianglePairHit& h : x.pairs) {
-      on_a.push_back({h.tri_a, h.tri_b, X_AW * h.p0_W, X_AW * h.p1_W});
-      on_b.push_back({h.tri_b, h.tri_a, X_BW * h.p0_W, X_BW * h.p1_W});
-    }
-    // Pairs come in (tri_a, tri_b) order; b's side is put in its own triangle order, so that
-    // swapping the arguments makes the same candidates.
-    auto by_triangles = [](const Crossing& u, const Crossing& v) {
-      return u.tri != v.tri ? u.tri < v.tri : u.other < v.other;
-    };
-    std::sort(on_b.begin(), on_b.end(), by_triangles);
+    const RigidTransform X_BA = X_BW * X_WA, X_AB = X_AW * X_WB;
     const bool a_closed = a.mesh().IsClosed(), b_closed = b.mesh().IsClosed();
-    // The deeper side gives the witnesses; equal depths are decided by the deepest point's
-    // position, which does not depend on the order of the arguments. The points of a inside b
-    // are searched only for one that beats the deepest point of b inside a (by the order of
-    // `deeper` below): the same answer, and that search prunes against the depth of b inside a
-    // from its first candidate.
+    // The deepest candidate of either side (in_a: a point of b inside a). Equal depths are
+    // decided by the deepest point's position, which does not depend on the order of the
+    // arguments. Each search looks only for a point that beats the deepest so far (the same
+    // answer as one search of all candidates: DeepestInside's `to_beat`), so later searches
+    // prune against it from their first candidate. The vertices of both sides come first:
+    // they are cheap to list (no crossing pairs needed) and a vertex pushed in is the usual
+    // deepest point.
     //
     // For the class only, depths below 0.75 τ are not looked for (they decide neither the class
-    // nor the uncertain flag), and the search stops at its first point deeper than the limit
-    // (the second side's too, when the first side found one).
-    const bool class_only = tol.depth_cap_mm != kInfinity;
+    // nor the uncertain flag), and the search stops at its first point deeper than the limit:
+    // when a vertex is, the crossing pairs are not even collected.
     const double floor = class_only ? (1.0 - kUncertainFraction) * contact * (1.0 - 1e-9) : 0.0;
     const double cap = tol.depth_cap_mm > 0.0 ? tol.depth_cap_mm : 0.0;  // NaN: 0
     const double stop =
         class_only ? std::max(kSearchBeyondContact * contact, cap) * (1.0 + 1e-9) : kInfinity;
-    DeepestPoint in_b, in_a;  // candidates of a inside b, of b inside a
-    bool sampled = false;     // the cap on candidates left some out
-    if (a_closed) {
-      in_a = internal::DeepestInside(DepthCandidates(b, a, X_BW * X_WA, on_b, contact,
-                                                     tol.max_depth_samples, options, &sampled),
-                                     X_WB, a, X_WA, nullptr, floor, stop);
-    }
-    if (b_closed && !(in_a.found && in_a.depth > stop)) {
-      in_b = internal::DeepestInside(DepthCandidates(a, b, X_AW * X_WB, on_a, contact,
-                                                     tol.max_depth_samples, options, &sampled),
-                                     X_WA, b, X_WB, &in_a, floor, stop);
-    }
-    auto deeper = [](const DeepestPoint& u, const DeepestPoint& v) {
-      return u.found &&
-             (!v.found || u.depth > v.depth || (u.depth == v.depth && LexLess(u.p_WP, v.p_WP)));
+    DeepestPoint best;
+    bool best_in_a = false;
+    bool sampled = false;  // the cap on candidates left some out
+    auto search = [&](std::span<const Candidate> candidates, bool in_a) {
+      const DeepestPoint d =
+          in_a ? internal::DeepestInside(candidates, X_WB, a, X_WA, &best, floor, stop)
+               : internal::DeepestInside(candidates, X_WA, b, X_WB, &best, floor, stop);
+      if (d.found) {
+        best = d;
+        best_in_a = in_a;
+      }
     };
-    if (deeper(in_b, in_a)) {
-      r.depth_mm = in_b.depth;
-      r.p_WA = in_b.p_WP;
-      r.p_WB = in_b.p_WQ;
-      r.tri_a = in_b.tri_p;
-      r.tri_b = in_b.tri_q;
-    } else if (in_a.found) {
-      r.depth_mm = in_a.depth;
-      r.p_WA = in_a.p_WQ;
-      r.p_WB = in_a.p_WP;
-      r.tri_a = in_a.tri_q;
-      r.tri_b = in_a.tri_p;
+    auto decided = [&] { return best.found && best.depth > stop; };
+    // Each side keeps at most max_depth_samples candidates, vertices first.
+    const std::size_t samples = tol.max_depth_samples;
+    std::size_t vertices_b = 0, vertices_a = 0;  // kept (of b inside a, of a inside b)
+    if (a_closed && samples > 0) {
+      std::vector<Candidate> v = VertexCandidates(b, a, X_BA, options);
+      Subsample(samples, &v, &sampled);
+      vertices_b = v.size();
+      search(v, true);
+    }
+    if (b_closed && samples > 0 && !decided()) {
+      std::vector<Candidate> v = VertexCandidates(a, b, X_AB, options);
+      Subsample(samples, &v, &sampled);
+      vertices_a = v.size();
+      search(v, false);
+    }
+    if (!decided()) {
+      if (class_only) x = FindIntersections(a, X_WA, b, X_WB, tol.max_witness_pairs);
+      std::vector<Crossing> on_a, on_b;
+      for (const TrianglePairHit& h : x.pairs) {
+        on_a.push_back({h.tri_a, h.tri_b, X_AW * h.p0_W, X_AW * h.p1_W});
+        on_b.push_back({h.tri_b, h.tri_a, X_BW * h.p0_W, X_BW * h.p1_W});
+      }
+      // Pairs come in (tri_a, tri_b) order; b's side is put in its own triangle order, so that
+      // swapping the arguments makes the same candidates.
+      auto by_triangles = [](const Crossing& u, const Crossing& v) {
+        return u.tri != v.tri ? u.tri < v.tri : u.other < v.other;
+      };
+      std::sort(on_b.begin(), on_b.end(), by_triangles);
+      if (a_closed && samples > 0) {
+        std::vector<Candidate> c = CrossingCandidates(b, a, X_BA, on_b, contact, options);
+        Subsample(samples - vertices_b, &c, &sampled);
+        search(c, true);
+      }
+      if (b_closed && samples > 0 && !decided()) {
+        std::vector<Candidate> c = CrossingCandidates(a, b, X_AB, on_a, contact, options);
+        Subsample(samples - vertices_a, &c, &sampled);
+        search(c, false);
+      }
+    }
+    r.intersecting_pairs = x.pairs.size();
+    r.intersections_truncated = x.truncated;
+    if (best.found && !best_in_a) {
+      r.depth_mm = best.depth;
+      r.p_WA = best.p_WP;
+      r.p_WB = best.p_WQ;
+      r.tri_a = best.tri_p;
+      r.tri_b = best.tri_q;
+    } else if (best.found) {
+      r.depth_mm = best.depth;
+      r.p_WA = best.p_WQ;
+      r.p_WB = best.p_WP;
+      r.tri_a = best.tri_q;
+      r.tri_b = best.tri_p;
     } else if (!x.pairs.empty()) {
       r.p_WA = r.p_WB = x.pairs[0].p0_W;
       r.tri_a = x.pairs[0].tri_a;

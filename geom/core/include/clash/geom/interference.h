@@ -23,10 +23,12 @@
 //     Candidates within 1e-12 of the coordinates' magnitude of the other surface (the
 //     rounding noise of coincident faces) count as on it, not inside.
 //     Each side is capped at max_depth_samples candidates by deterministic stride
-//     subsampling. depth > τ gives kHard, otherwise kContact (surfaces touching or crossing
-//     by at most τ, as tessellations of touching B-reps do). When a part is not closed, or
-//     max_depth_samples is 0, the depth cannot be estimated reliably: kHard with
-//     uncertain = true, and the depth from whichever side has a closed container (0 if none).
+//     subsampling, vertices first (the crossing points fill what the vertices leave). The
+//     vertices of both sides are searched before the crossing points. depth > τ gives kHard,
+//     otherwise kContact (surfaces touching or crossing by at most τ, as tessellations of touching
+//     B-reps do). When a part is not closed, or max_depth_samples is 0, the depth cannot be
+//     estimated reliably: kHard with uncertain = true, and the depth from whichever side has a
+//     closed container (0 if none).
 //  2. Otherwise FindContainment: one part (or one of its solids) inside the other gives
 //     kContained, with depth_mm and distance_mm both the surface distance between them and its
 //     closest points; for a part of several solids (TriangleMesh::shells), the distance of
@@ -58,12 +60,14 @@
 // Depth for the class only (PairTolerances::depth_cap_mm finite): a caller that needs the
 // class, not the full depth (a plugin dragging a part), lets step 1 look only for candidates
 // deeper than 0.75 τ (the others cannot change the class or the uncertain flag) and stop at its
-// first candidate deeper than max(1.25 τ, depth_cap_mm), skipping the second side's search
-// when the first side found one. The class and the uncertain flag are those of the full
-// search, and so are the depth and its witnesses when the full depth lies within
-// [0.75 τ, max(1.25 τ, depth_cap_mm)]; above, the depth is that of the first candidate found
-// deeper than the limit (a lower bound of the full estimate, with valid witnesses); below, it
-// is 0 with the witnesses on an intersection segment (tested against the full search).
+// first candidate deeper than max(1.25 τ, depth_cap_mm), skipping the searches that remain.
+// Its FindIntersections stops at the first crossing pair; the other pairs (up to
+// max_witness_pairs) are collected only when no vertex decides, so a class-only answer decided
+// by a vertex counts one pair (intersections_truncated when there are more). The class and the
+// uncertain flag are those of the full search, and so are the depth and its witnesses when the full
+// depth lies within [0.75 τ, max(1.25 τ, depth_cap_mm)]; above, the depth is that of the first
+// candidate found deeper than the limit (a lower bound of the full estimate, with valid witnesses);
+// below, it is 0 with the witnesses on an intersection segment (tested against the full search).
 #pragma once
 
 #include <cstddef>
