@@ -102,6 +102,19 @@ class PluginClientTest(unittest.TestCase):
         self.assertEqual((clash.path_a, clash.path_b), ("a", "b"))
         self.assertAlmostEqual(clash.depth_mm, 2.0, delta=0.2)
 
+        # Dragging b (a what-if pose, nothing stored) with the depth for the class only: the
+        # same class, the estimate echoed, and a depth no deeper than the 0.5 mm overlap.
+        drag = self.queries.CheckInterference(queries_pb2.InterferenceRequest(
+            scene_id=scene.scene_id, set_a=queries_pb2.InstanceSelector(instance_ids=[b]),
+            set_b=queries_pb2.InstanceSelector(),
+            pose_overrides=[scenes_pb2.PoseUpdate(instance_id=b, pose=common_pb2.Pose(
+                translation_mm=common_pb2.Vec3(x=9.5)))],
+            depth_estimate=queries_pb2.DEPTH_ESTIMATE_CLASS_ONLY), timeout=30)
+        self.assertEqual(drag.depth_estimate, queries_pb2.DEPTH_ESTIMATE_CLASS_ONLY)
+        self.assertEqual([c.clash_class for c in drag.clashes], [queries_pb2.HARD])
+        self.assertGreater(drag.clashes[0].depth_mm, 0.0)
+        self.assertLessEqual(drag.clashes[0].depth_mm, 0.5 + 1e-9)
+
         # Move b to touch a face to face: contact, not a clash.
         self.scenes.SetPoses(scenes_pb2.SetPosesRequest(scene_id=scene.scene_id, poses=[
             scenes_pb2.PoseUpdate(instance_id=b, pose=common_pb2.Pose(
