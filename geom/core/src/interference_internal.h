@@ -45,8 +45,9 @@ struct DeepestPoint {
 ///
 /// With `to_beat` (found), only a point that beats it counts, by the same order (deeper, or as
 /// deep and lexicographically smaller): the result is the unbounded search's when that beats
-/// `to_beat`, and not found otherwise. ClassifyPair passes the other side's deepest point, so
-/// this side's search prunes against it from the start.
+/// `to_beat`, and not found otherwise. ClassifyPair searches the vertices of each side, then
+/// the crossing points of each side, each search passing the deepest point found so far, so
+/// that it prunes against it from the start.
 ///
 /// `floor` > 0: only candidates deeper than it count (the result is the unbounded search's when
 /// that is deeper than the floor, and not found otherwise). `stop_above` finite: the search
