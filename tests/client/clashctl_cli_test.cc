@@ -396,19 +396,51 @@ TEST_F(ClashctlCli, CheckWithoutBLeavesSetBUnsetAndSendsAnExplicitTolerance) {
   EXPECT_EQ(record_.interference.depth_estimate(), v1::DEPTH_ESTIMATE_UNSPECIFIED);
 }
 
-// --depth class asks for DEPTH_ESTIMATE_CLASS_ONLY, and the summary says the depths were
-// resolved for the class only when the answer says so.
+// --depth class asks for DEPTH_ESTIMATE_CLASS_ONLY. When the answer says the depths were
+// resolved for the class only, the summary says so, and the table and the JUnit report show a
+// HARD depth above 1.25 τ as a lower bound and a crossing CONTACT's depth 0 as below 0.75 τ;
+// a depth within [0.75 τ, 1.25 τ] is exact and shown plainly.
 TEST_F(ClashctlCli, CheckDepthForTheClassOnly) {
+  v1::Clash* deep = record_.interference_answer.add_clashes();
+  *deep = MakeClash(v1::HARD, false);  // depth 0.75 mm
+  deep->set_contact_tolerance_mm(0.1);
+  v1::Clash* near = record_.interference_answer.add_clashes();
+  *near = MakeClash(v1::HARD, false);
+  near->set_clash_id("c2");
+  near->set_path_b("as1/rod");
+  near->set_depth_mm(0.11);
+  near->set_contact_tolerance_mm(0.1);
+  v1::Clash* shallow = record_.interference_answer.add_clashes();
+  *shallow = MakeClash(v1::CONTACT, false);
+  shallow->set_clash_id("c3");
+  shallow->set_path_b("as1/nut");
+  shallow->set_depth_mm(0);
+  shallow->set_contact_tolerance_mm(0.1);
+  record_.interference_answer.mutable_summary()->set_hard(2);
+  record_.interference_answer.mutable_summary()->set_contact(1);
   record_.interference_answer.set_depth_estimate(v1::DEPTH_ESTIMATE_CLASS_ONLY);
-  const Result r = Cli({"check", "s42", "--depth", "class"});
-  EXPECT_EQ(r.code, kExitOk) << r.err;
+  const std::string junit = TempPath("class_only.xml");
+  const Result r = Cli({"check", "s42", "--depth", "class", "--all-classes", "--junit", junit});
+  EXPECT_EQ(r.code, kExitFound) << r.err;
   EXPECT_EQ(record_.interference.depth_estimate(), v1::DEPTH_ESTIMATE_CLASS_ONLY);
   EXPECT_THAT(r.out, HasSubstr("depths for the class only"));
+  EXPECT_THAT(r.out, HasSubstr(">= 0.750"));
+  EXPECT_THAT(r.out, HasSubstr("< 0.075"));
+  EXPECT_THAT(r.out, HasSubstr(" 0.110 "));
+  EXPECT_THAT(r.out, Not(HasSubstr(">= 0.110")));
+  std::ifstream in(junit);
+  std::stringstream xml;
+  xml << in.rdbuf();
+  EXPECT_THAT(xml.str(), HasSubstr("message=\"HARD depth &gt;= 0.750 mm\""));
+  EXPECT_THAT(xml.str(), HasSubstr("message=\"HARD depth 0.110 mm\""));
+
   record_.interference_answer.set_depth_estimate(v1::DEPTH_ESTIMATE_FULL);
-  const Result full = Cli({"check", "s42", "--depth", "full"});
-  EXPECT_EQ(full.code, kExitOk) << full.err;
+  const Result full = Cli({"check", "s42", "--depth", "full", "--all-classes"});
+  EXPECT_EQ(full.code, kExitFound) << full.err;
   EXPECT_EQ(record_.interference.depth_estimate(), v1::DEPTH_ESTIMATE_UNSPECIFIED);
   EXPECT_THAT(full.out, Not(HasSubstr("class only")));
+  EXPECT_THAT(full.out, Not(HasSubstr(">=")));
+  EXPECT_THAT(full.out, HasSubstr(" 0.750 "));
 }
 
 TEST_F(ClashctlCli, CheckExitCodeFollowsSuppressionAndClass) {

@@ -37,11 +37,29 @@ bool IsBlocking(const v1::Clash& c) {
   return !c.suppressed() && (c.clash_class() == v1::HARD || c.clash_class() == v1::CONTAINED);
 }
 
+// The depth of a clash, in mm. With the depth for the class only (`class_only`), the depth of
+// crossing surfaces is exact only between 0.75 and 1.25 τ (or a rule's deeper limit): deeper
+// ones are lower bounds (">= x"), and 0 means shallower than 0.75 τ ("< x").
+std::string DepthText(const v1::Clash& c, bool class_only) {
+  const bool crossing =
+      c.clash_class() == v1::HARD || (c.clash_class() == v1::CONTACT && c.distance_mm() == 0);
+  if (class_only && crossing) {
+    const double tau = c.contact_tolerance_mm();
+    if (c.depth_mm() > 1.25 * tau) return absl::StrCat(">= ", Mm(c.depth_mm()));
+    if (c.depth_mm() == 0 && tau > 0) return absl::StrCat("< ", Mm(0.75 * tau));
+  }
+  return Mm(c.depth_mm());
+}
+
 // Depth for clashes whose surfaces cross (or that are contained), distance otherwise.
-std::string DepthCell(const v1::Clash& c) {
+std::string DepthCell(const v1::Clash& c, bool class_only) {
   const bool crossing = c.clash_class() == v1::HARD || c.clash_class() == v1::CONTAINED ||
                         (c.clash_class() == v1::CONTACT && c.distance_mm() == 0);
-  return crossing ? Mm(c.depth_mm()) : "-";
+  return crossing ? DepthText(c, class_only) : "-";
+}
+
+bool ClassOnly(const v1::InterferenceResponse& r) {
+  return r.depth_estimate() == v1::DEPTH_ESTIMATE_CLASS_ONLY;
 }
 
 std::string DistanceCell(const v1::Clash& c) {
@@ -84,10 +102,10 @@ std::string Testcase(std::string_view name, std::string_view outcome) {
   return absl::StrCat(out, ">\n      ", std::string(outcome), "\n    </testcase>\n");
 }
 
-std::string ClashDetails(const v1::Clash& c) {
+std::string ClashDetails(const v1::Clash& c, bool class_only) {
   return absl::StrCat(ClassName(c.clash_class()), " between #", c.instance_a(), " ", c.path_a(),
                       " (part ", c.part_a(), ") and #", c.instance_b(), " ", c.path_b(), " (part ",
-                      c.part_b(), "): depth ", Mm(c.depth_mm()), " mm, distance ",
+                      c.part_b(), "): depth ", DepthText(c, class_only), " mm, distance ",
                       Mm(c.distance_mm()), " mm, contact tolerance ", Mm(c.contact_tolerance_mm()),
                       " mm, witness points ", FormatVec3(c.point_a_mm()), " and ",
                       FormatVec3(c.point_b_mm()), c.uncertain() ? ", uncertain" : "");
@@ -392,8 +410,8 @@ std::string FormatInterference(const v1::InterferenceResponse& response, bool al
       ++hidden;
       continue;
     }
-    t.AddRow({ClassName(c.clash_class()), c.path_a(), c.path_b(), DepthCell(c), DistanceCell(c),
-              FormatVec3(c.point_a_mm()), Marks(c)});
+    t.AddRow({ClassName(c.clash_class()), c.path_a(), c.path_b(), DepthCell(c, ClassOnly(response)),
+              DistanceCell(c), FormatVec3(c.point_a_mm()), Marks(c)});
   }
   std::string out = t.rows() > 0 ? t.Render() : "no clashes to show\n";
   if (hidden > 0) {
@@ -412,9 +430,9 @@ std::string FormatInterferenceSummary(const v1::InterferenceResponse& r) {
       "HARD ", s.hard(), ", CONTAINED ", s.contained(), ", CONTACT ", s.contact(), ", CLEARANCE ",
       s.clearance(), ", suppressed ", s.suppressed(), "; contact tolerance ",
       ContactToleranceText(r), ", clearance ", clearance,
-      r.depth_estimate() == v1::DEPTH_ESTIMATE_CLASS_ONLY ? "; depths for the class only" : "",
-      "; ", s.instances(), " instances, ", s.candidate_pairs(), " candidate pairs (",
-      s.cached_pairs(), " cached), scene version ", r.scene_version());
+      ClassOnly(r) ? "; depths for the class only (>= x: a lower bound, < x: shallower)" : "", "; ",
+      s.instances(), " instances, ", s.candidate_pairs(), " candidate pairs (", s.cached_pairs(),
+      " cached), scene version ", r.scene_version());
 }
 
 std::string XmlEscape(std::string_view text) {
@@ -470,8 +488,9 @@ std::string JunitReport(std::string_view scene_id, const v1::InterferenceRespons
       ++failures;
       ++blocking;
       outcome = absl::StrCat("<failure type=\"", ClassName(c.clash_class()), "\" message=\"",
-                             ClassName(c.clash_class()), " depth ", Mm(c.depth_mm()), " mm\">",
-                             XmlEscape(ClashDetails(c)), "</failure>");
+                             ClassName(c.clash_class()), " depth ",
+                             XmlEscape(DepthText(c, ClassOnly(response))), " mm\">",
+                             XmlEscape(ClashDetails(c, ClassOnly(response))), "</failure>");
     }
     absl::StrAppend(&cases, Testcase(name, outcome));
   }
