@@ -1,10 +1,13 @@
 #include "convert.h"
 
 #include <cmath>
+#include <exception>
+#include <new>
 #include <string>
 
 #include "Eigen/Geometry"
 #include "absl/strings/str_cat.h"
+#include "log.h"
 
 namespace clash::server {
 
@@ -85,6 +88,19 @@ void ToProtoExact(const geom::RigidTransform& X, v1::Pose* out) {
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return {static_cast<grpc::StatusCode>(status.code()), std::string(status.message())};
+}
+
+grpc::Status StatusOfCurrentException(const char* method) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory"};
+  } catch (const std::exception& e) {
+    LogLine(LogLevel::kError, absl::StrCat(method, ": unexpected exception: ", e.what()));
+  } catch (...) {
+    LogLine(LogLevel::kError, absl::StrCat(method, ": unexpected exception"));
+  }
+  return {grpc::StatusCode::INTERNAL, "internal error (logged)"};
 }
 
 }  // namespace clash::server

@@ -32,4 +32,9 @@ void ToProtoExact(const geom::RigidTransform& X, v1::Pose* out);
 /// The gRPC status of an absl status (same code and message).
 [[nodiscard]] grpc::Status ToGrpc(const absl::Status& status);
 
+/// The status of the exception being handled (call it inside a catch block), so that no
+/// exception reaches gRPC (which would answer UNKNOWN): std::bad_alloc is RESOURCE_EXHAUSTED;
+/// anything else is INTERNAL, logged with `method`, its message not sent to the client.
+[[nodiscard]] grpc::Status StatusOfCurrentException(const char* method);
+
 }  // namespace clash::server

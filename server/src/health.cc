@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "convert.h"
+
 namespace clash::server {
 
 using grpc::health::v1::HealthCheckResponse;
@@ -32,6 +34,26 @@ HealthService::Status HealthService::StatusOf(const std::string& service) const 
 grpc::Status HealthService::Check(grpc::ServerContext* ctx,
                                   const grpc::health::v1::HealthCheckRequest* request,
                                   HealthCheckResponse* response) {
+  try {
+    return CheckUnguarded(ctx, request, response);
+  } catch (...) {
+    return StatusOfCurrentException("grpc.health.v1.Health/Check");
+  }
+}
+
+grpc::Status HealthService::Watch(grpc::ServerContext* ctx,
+                                  const grpc::health::v1::HealthCheckRequest* request,
+                                  grpc::ServerWriter<HealthCheckResponse>* writer) {
+  try {
+    return WatchUnguarded(ctx, request, writer);
+  } catch (...) {
+    return StatusOfCurrentException("grpc.health.v1.Health/Watch");
+  }
+}
+
+grpc::Status HealthService::CheckUnguarded(grpc::ServerContext* ctx,
+                                           const grpc::health::v1::HealthCheckRequest* request,
+                                           HealthCheckResponse* response) {
   if (grpc::Status s = admit_(ctx); !s.ok()) return s;
   std::lock_guard lock(mu_);
   const Status status = StatusOf(request->service());
@@ -42,9 +64,9 @@ grpc::Status HealthService::Check(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status HealthService::Watch(grpc::ServerContext* ctx,
-                                  const grpc::health::v1::HealthCheckRequest* request,
-                                  grpc::ServerWriter<HealthCheckResponse>* writer) {
+grpc::Status HealthService::WatchUnguarded(grpc::ServerContext* ctx,
+                                           const grpc::health::v1::HealthCheckRequest* request,
+                                           grpc::ServerWriter<HealthCheckResponse>* writer) {
   if (grpc::Status s = admit_(ctx); !s.ok()) return s;
   std::unique_lock lock(mu_);
   bool first = true;

@@ -23,6 +23,8 @@ class HealthService final : public grpc::health::v1::Health::Service {
   /// Every service NOT_SERVING from now on; Watch streams send that and end.
   void Shutdown();
 
+  /// Check and Watch: an exception (of `admit` too) is answered as every other RPC's is
+  /// (StatusOfCurrentException), never as gRPC's UNKNOWN.
   grpc::Status Check(grpc::ServerContext* ctx, const grpc::health::v1::HealthCheckRequest* request,
                      grpc::health::v1::HealthCheckResponse* response) override;
   grpc::Status Watch(grpc::ServerContext* ctx, const grpc::health::v1::HealthCheckRequest* request,
@@ -31,6 +33,12 @@ class HealthService final : public grpc::health::v1::Health::Service {
  private:
   using Status = grpc::health::v1::HealthCheckResponse::ServingStatus;
   Status StatusOf(const std::string& service) const;  // hold mu_
+  grpc::Status CheckUnguarded(grpc::ServerContext* ctx,
+                              const grpc::health::v1::HealthCheckRequest* request,
+                              grpc::health::v1::HealthCheckResponse* response);
+  grpc::Status WatchUnguarded(grpc::ServerContext* ctx,
+                              const grpc::health::v1::HealthCheckRequest* request,
+                              grpc::ServerWriter<grpc::health::v1::HealthCheckResponse>* writer);
 
   std::function<grpc::Status(grpc::ServerContext*)> admit_;
   mutable std::mutex mu_;

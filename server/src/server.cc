@@ -238,14 +238,8 @@ struct ClashServer::Impl {
       } else {
         status = ToGrpc(tenant.status());
       }
-    } catch (const std::bad_alloc&) {
-      status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "out of memory");
-    } catch (const std::exception& e) {
-      LogLine(LogLevel::kError, absl::StrCat(method, ": unexpected exception: ", e.what()));
-      status = grpc::Status(grpc::StatusCode::INTERNAL, "internal error (logged)");
     } catch (...) {
-      LogLine(LogLevel::kError, absl::StrCat(method, ": unexpected exception"));
-      status = grpc::Status(grpc::StatusCode::INTERNAL, "internal error (logged)");
+      status = StatusOfCurrentException(method);
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

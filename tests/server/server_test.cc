@@ -38,6 +38,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "health.h"
 #include "limiter.h"
 #include "part_store.h"
 #include "query_engine.h"
@@ -736,6 +737,30 @@ TEST_F(ServerTest, ClassesOfKnownBoxPairs) {
     EXPECT_EQ(again.clashes(i).clash_id(), r.clashes(i).clash_id());
   }
   EXPECT_EQ(again.summary().cached_pairs(), again.summary().candidate_pairs());
+}
+
+// A health handler that throws (here, its admission) answers as every other RPC does: INTERNAL
+// without the exception's message, or RESOURCE_EXHAUSTED out of memory; never gRPC's UNKNOWN.
+TEST(HealthService, AnExceptionIsAnsweredAsInEveryOtherRpc) {
+  HealthService broken(
+      [](grpc::ServerContext*) -> grpc::Status { throw std::runtime_error("secret detail"); });
+  broken.Set("", true);
+  grpc::ServerContext ctx;
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status check = broken.Check(&ctx, &request, &response);
+  EXPECT_EQ(check.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(check.error_message(), "internal error (logged)");
+  EXPECT_EQ(broken.Watch(&ctx, &request, nullptr).error_code(), grpc::StatusCode::INTERNAL);
+  HealthService hungry([](grpc::ServerContext*) -> grpc::Status { throw std::bad_alloc(); });
+  hungry.Set("", true);
+  EXPECT_EQ(hungry.Check(&ctx, &request, &response).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // Admitted, it answers.
+  HealthService fine([](grpc::ServerContext*) { return grpc::Status::OK; });
+  fine.Set("", true);
+  ASSERT_TRUE(fine.Check(&ctx, &request, &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
 // DEPTH_ESTIMATE_CLASS_ONLY against FULL on bars dipped into a big cube by known depths
