@@ -1056,28 +1056,25 @@ void World::Register() {
       [this](int64_t) { return client_->ComputeDistance(whole_distance_request_); },
       [this](int64_t) { return LocalDistance(whole_distance_request_); },
       [this](int64_t) -> const std::string& { return whole_distance_key_; });
-  // 3. Move one instance (pose override, nothing stored) and check it against the scene.
-  both(
-      "MoveCheck",
-      [this](int64_t i) { return client_->CheckInterference(move_requests_[i % kMovePoses]); },
-      [this](int64_t i) { return LocalInterference(move_requests_[i % kMovePoses]); },
-      [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
-  local(
-      "MoveCheck", "one-thread",
-      [this](int64_t i) { return LocalInterference(move_requests_[i % kMovePoses], true); },
-      [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
-  // The same with the depth resolved for the class only (DEPTH_ESTIMATE_CLASS_ONLY).
-  both(
-      "MoveCheckClass",
-      [this](int64_t i) {
-        return client_->CheckInterference(move_class_requests_[i % kMovePoses]);
-      },
-      [this](int64_t i) { return LocalInterference(move_class_requests_[i % kMovePoses]); },
-      [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
-  local(
-      "MoveCheckClass", "one-thread",
-      [this](int64_t i) { return LocalInterference(move_class_requests_[i % kMovePoses], true); },
-      [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
+  // 3. Move one instance (pose override, nothing stored) and check it against the scene, with
+  // the full depth and with the depth for the class only (the same clashes and classes).
+  const std::pair<const char*, const std::vector<v1::InterferenceRequest>*> kMoves[] = {
+      {"MoveCheck", &move_requests_}, {"MoveCheckClass", &move_class_requests_}};
+  for (const auto& [query, requests] : kMoves) {
+    both(
+        query,
+        [this, requests](int64_t i) {
+          return client_->CheckInterference((*requests)[i % kMovePoses]);
+        },
+        [this, requests](int64_t i) { return LocalInterference((*requests)[i % kMovePoses]); },
+        [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
+    local(
+        query, "one-thread",
+        [this, requests](int64_t i) {
+          return LocalInterference((*requests)[i % kMovePoses], true);
+        },
+        [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
+  }
   add("BM_MoveCheck/fcl", [this](benchmark::State& state) {
     TimedLoop(
         state, "BM_MoveCheck/fcl", [&](int64_t i) { return FclMove(i % kMovePoses); },

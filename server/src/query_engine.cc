@@ -421,11 +421,13 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   // The depth each pair must resolve: all of it, or (for the class only) up to the deepest
   // limit of a rule, so that every rule covers what it would with the full depth.
   double depth_cap_mm = std::numeric_limits<double>::infinity();
+  v1::DepthEstimate estimate = v1::DEPTH_ESTIMATE_FULL;  // echoed in the answer
   switch (request.depth_estimate()) {
     case v1::DEPTH_ESTIMATE_UNSPECIFIED:
     case v1::DEPTH_ESTIMATE_FULL:
       break;
     case v1::DEPTH_ESTIMATE_CLASS_ONLY:
+      estimate = v1::DEPTH_ESTIMATE_CLASS_ONLY;
       depth_cap_mm = 0;
       for (const AllowRule& rule : rules) depth_cap_mm = std::max(depth_cap_mm, rule.max_depth_mm);
       break;
@@ -594,9 +596,7 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   if (end < clashes.size()) response.set_next_page_token(absl::StrCat(scene.version, ":", end));
   response.set_scene_version(scene.version);
   *response.mutable_tolerances() = tol;
-  response.set_depth_estimate(request.depth_estimate() == v1::DEPTH_ESTIMATE_CLASS_ONLY
-                                  ? v1::DEPTH_ESTIMATE_CLASS_ONLY
-                                  : v1::DEPTH_ESTIMATE_FULL);
+  response.set_depth_estimate(estimate);
   return response;
 }
 

@@ -37,13 +37,16 @@ bool IsBlocking(const v1::Clash& c) {
   return !c.suppressed() && (c.clash_class() == v1::HARD || c.clash_class() == v1::CONTAINED);
 }
 
+// Whether the clash's surfaces cross (its depth is a penetration depth).
+bool SurfacesCross(const v1::Clash& c) {
+  return c.clash_class() == v1::HARD || (c.clash_class() == v1::CONTACT && c.distance_mm() == 0);
+}
+
 // The depth of a clash, in mm. With the depth for the class only (`class_only`), the depth of
 // crossing surfaces is exact only between 0.75 and 1.25 τ (or a rule's deeper limit): deeper
 // ones are lower bounds (">= x"), and 0 means shallower than 0.75 τ ("< x").
 std::string DepthText(const v1::Clash& c, bool class_only) {
-  const bool crossing =
-      c.clash_class() == v1::HARD || (c.clash_class() == v1::CONTACT && c.distance_mm() == 0);
-  if (class_only && crossing) {
+  if (class_only && SurfacesCross(c)) {
     const double tau = c.contact_tolerance_mm();
     if (c.depth_mm() > 1.25 * tau) return absl::StrCat(">= ", Mm(c.depth_mm()));
     if (c.depth_mm() == 0 && tau > 0) return absl::StrCat("< ", Mm(0.75 * tau));
@@ -53,9 +56,7 @@ std::string DepthText(const v1::Clash& c, bool class_only) {
 
 // Depth for clashes whose surfaces cross (or that are contained), distance otherwise.
 std::string DepthCell(const v1::Clash& c, bool class_only) {
-  const bool crossing = c.clash_class() == v1::HARD || c.clash_class() == v1::CONTAINED ||
-                        (c.clash_class() == v1::CONTACT && c.distance_mm() == 0);
-  return crossing ? DepthText(c, class_only) : "-";
+  return SurfacesCross(c) || c.clash_class() == v1::CONTAINED ? DepthText(c, class_only) : "-";
 }
 
 bool ClassOnly(const v1::InterferenceResponse& r) {
