@@ -324,8 +324,10 @@ bool FclNarrowPhase(fcl::CollisionObjectd* o1, fcl::CollisionObjectd* o2, void* 
 class World {
  public:
   /// tiles = 0: enough tiles for kMinInstances.
-  // server_helpers: clashd's --query-helpers (-1: its default).
-  World(int tiles, int server_helpers) : tiles_(tiles), server_helpers_(server_helpers) {}
+  // server_helpers, cpu_latency_us: clashd's --query-helpers and --cpu-latency-us (-1: their
+  // defaults).
+  World(int tiles, int server_helpers, int cpu_latency_us)
+      : tiles_(tiles), server_helpers_(server_helpers), cpu_latency_us_(cpu_latency_us) {}
   ~World() { Stop(); }
 
   [[nodiscard]] absl::Status Build();
@@ -368,6 +370,7 @@ class World {
   std::size_t assembly_instances_ = 0;
   int tiles_ = 0;
   int server_helpers_ = -1;
+  int cpu_latency_us_ = -1;
 
   std::unique_ptr<server::PartStore> parts_;
   std::unique_ptr<server::SceneStore> scenes_;
@@ -427,6 +430,7 @@ absl::Status World::Build() {
   config.quiet = true;
   config.worker_path = CLASH_CAD_WORKER_PATH;
   config.query_helpers = server_helpers_;
+  config.cpu_latency_us = cpu_latency_us_;
   CLASH_ASSIGN_OR_RETURN(server_, server::ClashServer::Start(config));
   client::ClientOptions options;
   options.target = absl::StrCat("127.0.0.1:", server_->port());
@@ -1204,6 +1208,7 @@ int main(int argc, char** argv) {
   bool min_time = false;
   int tiles = 0;
   int server_helpers = -1;
+  int cpu_latency_us = -1;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--check-only") == 0) {
@@ -1218,6 +1223,10 @@ int main(int argc, char** argv) {
       server_helpers = std::atoi(argv[i] + 16);
       continue;
     }
+    if (std::strncmp(argv[i], "--cpu-latency-us=", 17) == 0) {
+      cpu_latency_us = std::atoi(argv[i] + 17);
+      continue;
+    }
     min_time |= std::strncmp(argv[i], "--benchmark_min_time", 20) == 0;
     args.push_back(argv[i]);
   }
@@ -1227,7 +1236,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
 
-  clash::bench::World world(tiles, server_helpers);
+  clash::bench::World world(tiles, server_helpers, cpu_latency_us);
   absl::Status st = world.Build();
   if (st.ok()) st = world.Check();
   if (!st.ok()) {

@@ -32,6 +32,7 @@
 #include "clash/v1/scenes.grpc.pb.h"
 #include "clash/v1/sequences.grpc.pb.h"
 #include "convert.h"
+#include "cpu_latency.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/server_credentials.h"
@@ -671,6 +672,8 @@ struct ClashServer::Impl {
                            v1::ImportCadResponse* response);
 
   ServerConfig config;
+  // Released last, once every thread serving calls has finished.
+  std::optional<CpuLatencyHold> cpu_latency;
   std::optional<TokenTable> tokens;
   std::optional<TenantRegistry> tenants;
   Metrics metrics;
@@ -1046,6 +1049,19 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
 absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConfig& config) {
   SetQuietLogging(config.quiet);
   auto impl = std::make_unique<Impl>(config);
+  if (config.cpu_latency_us >= 0) {
+    absl::StatusOr<CpuLatencyHold> hold = CpuLatencyHold::Acquire(config.cpu_latency_us);
+    if (!hold.ok()) {
+      return absl::Status(
+          hold.status().code(),
+          absl::StrCat("--cpu-latency-us ", config.cpu_latency_us, ": ", hold.status().message(),
+                       " (the device needs root; in a container, the device "
+                       "itself, or the limit set on the host)"));
+    }
+    impl->cpu_latency.emplace(std::move(*hold));
+    LogLine(LogLevel::kInfo, absl::StrCat("holding the CPU wake-up latency at ",
+                                          config.cpu_latency_us, " us (", kCpuLatencyDevice, ")"));
+  }
   CLASH_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                          ListenerCredentials(config));
   if (!config.tokens_file.empty()) {
@@ -1088,6 +1104,10 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
       [raw] { return static_cast<double>(raw->query_helpers.helped()); });
   impl->metrics.AddGauge("clashd_query_helper_slots", "Query slots lent to helper threads.",
                          [raw] { return raw->query_limiter.spare_in_use(); });
+  impl->metrics.AddGauge(
+      "clashd_cpu_latency_limit_us",
+      "CPU wake-up latency limit clashd holds (PM QoS, microseconds); -1 when none.",
+      [raw] { return raw->cpu_latency ? raw->cpu_latency->microseconds() : -1.0; });
   impl->metrics.AddGauge("clashd_import_running", "Imports (worker processes) running.",
                          [raw] { return raw->import_limiter.running(); });
   impl->metrics.AddGauge("clashd_import_waiting", "Imports waiting for a slot.",

@@ -70,6 +70,12 @@ struct ServerConfig {
   int tenant_max_concurrent_queries = -1;
   double tenant_requests_per_second = 0;
   double tenant_burst = 0;
+  /// Linux PM QoS: while serving, hold the CPUs' wake-up latency at most this many µs through
+  /// /dev/cpu_dma_latency (see cpu_latency.h; -1: leave the machine's setting). 0 keeps idle
+  /// CPUs polling, which takes the wake-ups out of every call's latency at the cost of CPUs
+  /// that never sleep. Start fails when the device cannot be opened (it needs root, and in a
+  /// container the device).
+  int cpu_latency_us = -1;
   /// No per-RPC log lines (tests).
   bool quiet = false;
 };

@@ -2203,6 +2203,7 @@ TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
   EXPECT_THAT(
       body, ::testing::HasSubstr("clashd_request_duration_seconds_bucket{method=\"CreateScene\""));
   EXPECT_THAT(body, ::testing::HasSubstr("clashd_import_waiting 0"));
+  EXPECT_THAT(body, ::testing::HasSubstr("\nclashd_cpu_latency_limit_us -1\n"));
 }
 
 // A mesh upload takes a query slot for its welding and hierarchy: with the only slot held by a
