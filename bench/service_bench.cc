@@ -43,6 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "clash/client/client.h"
 #include "clash/geom/status_macros.h"
 #include "convert.h"
@@ -1203,6 +1204,8 @@ void PrintTable() {
 }  // namespace clash::bench
 
 int main(int argc, char** argv) {
+  // As clashd does (server/src/main.cc), unless --deadlock-detection asks for Debian's default.
+  bool deadlock_detection = false;
   // Our flag out of argv; a default minimum time per benchmark (p99 needs many samples).
   bool check_only = false;
   bool min_time = false;
@@ -1223,6 +1226,10 @@ int main(int argc, char** argv) {
       server_helpers = std::atoi(argv[i] + 16);
       continue;
     }
+    if (std::strcmp(argv[i], "--deadlock-detection") == 0) {
+      deadlock_detection = true;
+      continue;
+    }
     if (std::strncmp(argv[i], "--cpu-latency-us=", 17) == 0) {
       cpu_latency_us = std::atoi(argv[i] + 17);
       continue;
@@ -1236,6 +1243,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
 
+  if (!deadlock_detection) absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   clash::bench::World world(tiles, server_helpers, cpu_latency_us);
   absl::Status st = world.Build();
   if (st.ok()) st = world.Check();
