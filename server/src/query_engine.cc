@@ -310,7 +310,16 @@ bool AllowRule::Covers(uint64_t x, uint64_t y, v1::ClashClass cls, double depth_
 }
 
 std::string ClashId(const std::string& path_a, const std::string& path_b) {
-  return absl::StrCat("c", cad::Sha256Hex(absl::StrCat(path_a, "\n", path_b)).substr(0, 16));
+  // The paths joined by a newline when neither holds one: the form every id has been made from,
+  // which the join inverts. A path may hold newlines, which would make that join ambiguous
+  // ("x\ny" + "z" and "x" + "y\nz"): such a pair is hashed as the first path's length and the
+  // two paths, after two newlines, so that the key has three newlines or more and no join of
+  // newline-free paths (exactly one) can equal it.
+  const bool plain =
+      path_a.find('\n') == std::string::npos && path_b.find('\n') == std::string::npos;
+  const std::string key = plain ? absl::StrCat(path_a, "\n", path_b)
+                                : absl::StrCat("\n\n", path_a.size(), "\n", path_a, path_b);
+  return absl::StrCat("c", cad::Sha256Hex(key).substr(0, 16));
 }
 
 absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(

@@ -75,7 +75,9 @@ struct AllowRule {
 [[nodiscard]] absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(
     const Scene& scene, const v1::InstanceSelector& selector);
 
-/// The stable id of the clash between two paths (path_a < path_b).
+/// The stable id of the clash between two paths (path_a < path_b): "c" and 16 hex digits of
+/// the SHA-256 of the two paths joined by a newline (paths holding newlines: see the .cc).
+/// Distinct pairs get distinct keys.
 [[nodiscard]] std::string ClashId(const std::string& path_a, const std::string& path_b);
 
 }  // namespace clash::server

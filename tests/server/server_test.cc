@@ -741,6 +741,23 @@ TEST_F(ServerTest, ClassesOfKnownBoxPairs) {
 
 // A health handler that throws (here, its admission) answers as every other RPC does: INTERNAL
 // without the exception's message, or RESOURCE_EXHAUSTED out of memory; never gRPC's UNKNOWN.
+// Clash ids are stable: the id of a pair of plain paths is the one every earlier version gave
+// (pinned here), and paths holding newlines, which a plain join would confuse, still give every
+// pair its own id.
+TEST(ClashIds, StableForPlainPathsAndDistinctForPathsWithNewlines) {
+  EXPECT_EQ(ClashId("as1/bolt", "as1/nut"), "c662d9200885b38c2");  // sha256 of "as1/bolt\nas1/nut"
+  EXPECT_EQ(ClashId("as1/bolt", "as1/nut"), ClashId("as1/bolt", "as1/nut"));
+  EXPECT_NE(ClashId("as1/bolt", "as1/nut"), ClashId("as1/nut", "as1/bolt"));
+  // One joined string, four different pairs.
+  const std::set<std::string> ids = {ClashId("x\ny", "z"), ClashId("x", "y\nz"),
+                                     ClashId("x\ny\nz", ""), ClashId("", "x\ny\nz")};
+  EXPECT_EQ(ids.size(), 4u);
+  // A pair with a newline never takes the id of a plain pair, whatever the plain pair is.
+  EXPECT_NE(ClashId("x\ny", "z"), ClashId("x", "y"));
+  EXPECT_NE(ClashId("\n\n3", "x\nyz"), ClashId("\n", "\n3\nx\nyz"));
+  EXPECT_EQ(ClashId("x\ny", "z").size(), 17u);
+}
+
 TEST(HealthService, AnExceptionIsAnsweredAsInEveryOtherRpc) {
   HealthService broken(
       [](grpc::ServerContext*) -> grpc::Status { throw std::runtime_error("secret detail"); });
