@@ -116,6 +116,11 @@ int main(int argc, char** argv) {
                  "the machine's setting")
       ->capture_default_str()
       ->check(CLI::Range(-1, 2000000000));
+  app.add_option("--cpu-latency-idle-seconds", config.cpu_latency_idle_seconds,
+                 "With --cpu-latency-us: let the limit go after this long without a call and "
+                 "hold it again on the next (health checks do not count); 0: hold it throughout")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--quiet", config.quiet, "No per-RPC log lines");
   CLI11_PARSE(app, argc, argv);
 

@@ -229,6 +229,7 @@ struct ClashServer::Impl {
   template <class Body>
   grpc::Status Serve(grpc::ServerContext* ctx, const char* method, Body&& body) {
     const auto start = std::chrono::steady_clock::now();
+    if (cpu_latency) cpu_latency->Touch();
     grpc::Status status;
     std::string tenant_name;
     try {
@@ -673,7 +674,7 @@ struct ClashServer::Impl {
 
   ServerConfig config;
   // Released last, once every thread serving calls has finished.
-  std::optional<CpuLatencyHold> cpu_latency;
+  std::optional<CpuLatencyGovernor> cpu_latency;
   std::optional<TokenTable> tokens;
   std::optional<TenantRegistry> tenants;
   Metrics metrics;
@@ -1058,9 +1059,16 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                        " (the device needs root; in a container, the device "
                        "itself, or the limit set on the host)"));
     }
-    impl->cpu_latency.emplace(std::move(*hold));
-    LogLine(LogLevel::kInfo, absl::StrCat("holding the CPU wake-up latency at ",
-                                          config.cpu_latency_us, " us (", kCpuLatencyDevice, ")"));
+    const auto idle = std::chrono::milliseconds(
+        static_cast<int64_t>(std::max(0.0, config.cpu_latency_idle_seconds) * 1e3));
+    impl->cpu_latency.emplace(std::move(*hold), idle);
+    LogLine(LogLevel::kInfo,
+            absl::StrCat("holding the CPU wake-up latency at ", config.cpu_latency_us, " us (",
+                         kCpuLatencyDevice, ")",
+                         idle.count() > 0
+                             ? absl::StrCat(" while calls come, let go after ",
+                                            config.cpu_latency_idle_seconds, " s without one")
+                             : std::string()));
   }
   CLASH_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                          ListenerCredentials(config));
@@ -1106,8 +1114,8 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                          [raw] { return raw->query_limiter.spare_in_use(); });
   impl->metrics.AddGauge(
       "clashd_cpu_latency_limit_us",
-      "CPU wake-up latency limit clashd holds (PM QoS, microseconds); -1 when none.",
-      [raw] { return raw->cpu_latency ? raw->cpu_latency->microseconds() : -1.0; });
+      "CPU wake-up latency limit clashd holds now (PM QoS, microseconds); -1 when none.",
+      [raw] { return raw->cpu_latency ? raw->cpu_latency->held_microseconds() : -1.0; });
   impl->metrics.AddGauge("clashd_import_running", "Imports (worker processes) running.",
                          [raw] { return raw->import_limiter.running(); });
   impl->metrics.AddGauge("clashd_import_waiting", "Imports waiting for a slot.",

@@ -76,6 +76,10 @@ struct ServerConfig {
   /// that never sleep. Start fails when the device cannot be opened (it needs root, and in a
   /// container the device).
   int cpu_latency_us = -1;
+  /// With cpu_latency_us: let the limit go after this long without a call (health checks do
+  /// not count), and hold it again on the next one, so that the CPUs sleep between interactive
+  /// sessions; 0 holds it for the server's whole life.
+  double cpu_latency_idle_seconds = 10;
   /// No per-RPC log lines (tests).
   bool quiet = false;
 };

@@ -9,13 +9,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
+#include "clash/client/client.h"
+#include "grpcpp/grpcpp.h"
 #include "server.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
@@ -76,6 +80,57 @@ TEST_F(CpuLatencyFile, AMovedHoldKeepsItsLimit) {
   EXPECT_EQ(moved.microseconds(), 9);
 }
 
+TEST_F(CpuLatencyFile, SetWritesTheNewLimit) {
+  auto hold = CpuLatencyHold::Acquire(5, path_);
+  ASSERT_THAT(hold.status(), IsOk());
+  ASSERT_THAT(hold->Set(kNoCpuLatencyLimit), IsOk());
+  EXPECT_EQ(hold->microseconds(), kNoCpuLatencyLimit);
+  EXPECT_EQ(ReadAll(path_), Int32Bytes(5) + Int32Bytes(kNoCpuLatencyLimit));
+}
+
+// Waits until pred() holds; false after a time only a bug reaches.
+template <class Pred>
+bool WaitFor(Pred&& pred) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+TEST_F(CpuLatencyFile, AGovernorWithoutIdleHoldsTheLimitThroughout) {
+  auto hold = CpuLatencyHold::Acquire(7, path_);
+  ASSERT_THAT(hold.status(), IsOk());
+  CpuLatencyGovernor governor(std::move(*hold), std::chrono::milliseconds(0));
+  EXPECT_EQ(governor.held_microseconds(), 7);
+  governor.Touch();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(governor.held_microseconds(), 7);
+  EXPECT_EQ(ReadAll(path_), Int32Bytes(7));  // nothing written after the first limit
+}
+
+// The device's value is the last one written: the limit while calls come, none once idle.
+TEST_F(CpuLatencyFile, AGovernorLetsTheLimitGoWhenIdleAndHoldsItOnTheNextCall) {
+  auto hold = CpuLatencyHold::Acquire(3, path_);
+  ASSERT_THAT(hold.status(), IsOk());
+  CpuLatencyGovernor governor(std::move(*hold), std::chrono::milliseconds(30));
+  const std::string none = Int32Bytes(kNoCpuLatencyLimit), limit = Int32Bytes(3);
+  EXPECT_EQ(governor.held_microseconds(), -1);
+  EXPECT_EQ(ReadAll(path_), limit + none);
+  for (int session = 0; session < 2; ++session) {
+    governor.Touch();
+    governor.Touch();  // while held: nothing written
+    EXPECT_EQ(governor.held_microseconds(), 3);
+    const std::string after_touch = ReadAll(path_);
+    EXPECT_EQ(after_touch.substr(after_touch.size() - 8), none + limit);
+    ASSERT_TRUE(WaitFor([&] { return governor.held_microseconds() == -1; }));
+    const std::string after_idle = ReadAll(path_);
+    EXPECT_EQ(after_idle.size(), after_touch.size() + 4);
+    EXPECT_EQ(after_idle.substr(after_idle.size() - 4), none);
+  }
+}
+
 TEST_F(CpuLatencyFile, BadLimitsAndDevicesAreClearErrors) {
   EXPECT_THAT(CpuLatencyHold::Acquire(-1, path_).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "negative"));
@@ -128,36 +183,71 @@ TEST(CpuLatencyDevice, TheKernelHoldsTheLimitUntilItIsReleased) {
   EXPECT_EQ(*after, *before);
 }
 
-// clashd holds --cpu-latency-us while it serves and lets go when it stops.
-TEST(CpuLatencyDevice, ClashdHoldsItsLimitWhileServing) {
-  MachineLimitLock lock;
-  auto before = CpuLatencyHold::Current();
-  if (!before.ok() || !CpuLatencyHold::Acquire(0).ok()) {
-    GTEST_SKIP() << "no access to " << kCpuLatencyDevice << " here";
+// clashd on the real device, where it can be opened; the limit in force before is restored.
+class ClashdOnTheDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto before = CpuLatencyHold::Current();
+    if (!before.ok() || !CpuLatencyHold::Acquire(0).ok()) {
+      GTEST_SKIP() << "no access to " << kCpuLatencyDevice << " here";
+    }
+    before_ = *before;
+    on_device_ = true;
+    dir_ = clash::testing::MakeTempDir(std::filesystem::temp_directory_path(), "clash-qos-");
+    ASSERT_FALSE(dir_.empty());
   }
-  const std::string dir =
-      clash::testing::MakeTempDir(std::filesystem::temp_directory_path(), "clash-qos-");
-  ASSERT_FALSE(dir.empty());
-  ServerConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.data_dir = dir + "/data";
-  config.worker_path = CLASH_CAD_WORKER_PATH;
-  config.import_pool_workers = 0;
-  config.quiet = true;
-  config.cpu_latency_us = 0;
-  {
-    auto server = ClashServer::Start(config);
-    ASSERT_THAT(server.status(), IsOk());
-    auto during = CpuLatencyHold::Current();
-    ASSERT_THAT(during.status(), IsOk());
-    EXPECT_EQ(*during, 0);
+  void TearDown() override {
+    if (on_device_) {
+      EXPECT_EQ(Current(), before_) << "the limit in force after clashd stopped";
+    }
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
   }
-  auto after = CpuLatencyHold::Current();
-  ASSERT_THAT(after.status(), IsOk());
-  EXPECT_EQ(*after, *before);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  // clashd at --cpu-latency-us 0 with the given idle time.
+  ServerConfig Config(double idle_seconds) const {
+    ServerConfig config;
+    config.listen = "127.0.0.1:0";
+    config.metrics_listen = "";
+    config.data_dir = dir_ + "/data";
+    config.worker_path = CLASH_CAD_WORKER_PATH;
+    config.import_pool_workers = 0;
+    config.quiet = true;
+    config.cpu_latency_us = 0;
+    config.cpu_latency_idle_seconds = idle_seconds;
+    return config;
+  }
+  static int32_t Current() {
+    auto now = CpuLatencyHold::Current();
+    EXPECT_THAT(now.status(), IsOk());
+    return now.ok() ? *now : -1;
+  }
+
+  MachineLimitLock lock_;
+  bool on_device_ = false;
+  int32_t before_ = 0;
+  std::string dir_;
+};
+
+// Without an idle time, clashd holds --cpu-latency-us while it serves and lets go when it stops.
+TEST_F(ClashdOnTheDevice, HoldsItsLimitWhileServing) {
+  auto server = ClashServer::Start(Config(0));
+  ASSERT_THAT(server.status(), IsOk());
+  EXPECT_EQ(Current(), 0);
+}
+
+// With an idle time, clashd holds the limit from a call until that long after the last one.
+TEST_F(ClashdOnTheDevice, HoldsItsLimitWhileCallsCome) {
+  // Long enough that the check right after a call comes before the limit is let go.
+  auto server = ClashServer::Start(Config(1));
+  ASSERT_THAT(server.status(), IsOk());
+  EXPECT_EQ(Current(), before_);  // no call yet
+  grpc::ChannelArguments args;
+  auto client = client::Client::FromChannel((*server)->grpc_server()->InProcessChannel(args));
+  for (int session = 0; session < 2; ++session) {
+    ASSERT_THAT(client->ListScenes().status(), IsOk());
+    EXPECT_EQ(Current(), 0);
+    ASSERT_TRUE(WaitFor([&] { return Current() == before_; }));
+  }
 }
 
 }  // namespace
