@@ -33,6 +33,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -1204,38 +1205,33 @@ void PrintTable() {
 }  // namespace clash::bench
 
 int main(int argc, char** argv) {
-  // As clashd does (server/src/main.cc), unless --deadlock-detection asks for Debian's default.
-  bool deadlock_detection = false;
-  // Our flag out of argv; a default minimum time per benchmark (p99 needs many samples).
+  // Our flags out of argv; a default minimum time per benchmark (p99 needs many samples).
   bool check_only = false;
+  // Off as clashd has it (server/src/main.cc), unless --deadlock-detection asks for Debian's
+  // default.
+  bool deadlock_detection = false;
   bool min_time = false;
   int tiles = 0;
   int server_helpers = -1;
   int cpu_latency_us = -1;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--check-only") == 0) {
+    const std::string_view arg = argv[i];
+    // "--name=<int>": true (and *out set) when arg is that flag.
+    auto int_flag = [&arg](std::string_view prefix, int* out) {
+      if (!arg.starts_with(prefix)) return false;
+      *out = std::atoi(arg.substr(prefix.size()).data());
+      return true;
+    };
+    if (arg == "--check-only") {
       check_only = true;
-      continue;
-    }
-    if (std::strncmp(argv[i], "--tiles=", 8) == 0) {
-      tiles = std::atoi(argv[i] + 8);
-      continue;
-    }
-    if (std::strncmp(argv[i], "--query-helpers=", 16) == 0) {
-      server_helpers = std::atoi(argv[i] + 16);
-      continue;
-    }
-    if (std::strcmp(argv[i], "--deadlock-detection") == 0) {
+    } else if (arg == "--deadlock-detection") {
       deadlock_detection = true;
-      continue;
+    } else if (!int_flag("--tiles=", &tiles) && !int_flag("--query-helpers=", &server_helpers) &&
+               !int_flag("--cpu-latency-us=", &cpu_latency_us)) {
+      min_time |= arg.starts_with("--benchmark_min_time");
+      args.push_back(argv[i]);
     }
-    if (std::strncmp(argv[i], "--cpu-latency-us=", 17) == 0) {
-      cpu_latency_us = std::atoi(argv[i] + 17);
-      continue;
-    }
-    min_time |= std::strncmp(argv[i], "--benchmark_min_time", 20) == 0;
-    args.push_back(argv[i]);
   }
   std::string default_min_time = "--benchmark_min_time=2";
   if (!min_time) args.push_back(default_min_time.data());

@@ -37,4 +37,15 @@ void ToProtoExact(const geom::RigidTransform& X, v1::Pose* out);
 /// anything else is INTERNAL, logged with `method`, its message not sent to the client.
 [[nodiscard]] grpc::Status StatusOfCurrentException(const char* method);
 
+/// Runs an RPC body (returning grpc::Status) so that no exception leaves it: an exception is
+/// answered by StatusOfCurrentException(method).
+template <class Body>
+[[nodiscard]] grpc::Status Guarded(const char* method, Body&& body) {
+  try {
+    return body();
+  } catch (...) {
+    return StatusOfCurrentException(method);
+  }
+}
+
 }  // namespace clash::server

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "clash/geom/status_macros.h"
 
 namespace clash::server {
 namespace {
@@ -18,6 +19,18 @@ absl::Status OpenError(const std::string& device, int err) {
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
   if (err == ENOENT || err == ENODEV || err == ENXIO) return absl::NotFoundError(message);
   return absl::UnavailableError(message);
+}
+
+// Writes a limit to the open device `fd` (named `what` in the error): the device takes it as a
+// binary 32-bit integer (or as hexadecimal text).
+absl::Status WriteLimit(int fd, int32_t microseconds, const std::string& what) {
+  ssize_t written;
+  do {
+    written = write(fd, &microseconds, sizeof microseconds);
+  } while (written < 0 && errno == EINTR);
+  if (written == static_cast<ssize_t>(sizeof microseconds)) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("cannot write ", what, ": ",
+                                             written < 0 ? std::strerror(errno) : "short write"));
 }
 
 }  // namespace
@@ -30,17 +43,9 @@ absl::StatusOr<CpuLatencyHold> CpuLatencyHold::Acquire(int32_t microseconds,
   }
   const int fd = open(device.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return OpenError(device, errno);
-  // The device takes the limit as a binary 32-bit integer (or as hexadecimal text).
-  ssize_t written;
-  do {
-    written = write(fd, &microseconds, sizeof microseconds);
-  } while (written < 0 && errno == EINTR);
-  if (written != static_cast<ssize_t>(sizeof microseconds)) {
-    const int err = written < 0 ? errno : EIO;
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot write ", device, ": ", std::strerror(err)));
-  }
-  return CpuLatencyHold(fd, microseconds);
+  CpuLatencyHold hold(fd, microseconds);  // closes the device on failure
+  if (absl::Status s = WriteLimit(fd, microseconds, device); !s.ok()) return s;
+  return hold;
 }
 
 absl::StatusOr<int32_t> CpuLatencyHold::Current(const std::string& device) {
@@ -62,14 +67,7 @@ absl::StatusOr<int32_t> CpuLatencyHold::Current(const std::string& device) {
 
 absl::Status CpuLatencyHold::Set(int32_t microseconds) {
   if (fd_ < 0) return absl::FailedPreconditionError("no CPU latency device held");
-  ssize_t written;
-  do {
-    written = write(fd_, &microseconds, sizeof microseconds);
-  } while (written < 0 && errno == EINTR);
-  if (written != static_cast<ssize_t>(sizeof microseconds)) {
-    return absl::UnavailableError(absl::StrCat("cannot write the CPU latency limit: ",
-                                               written < 0 ? std::strerror(errno) : "short write"));
-  }
+  CLASH_RETURN_IF_ERROR(WriteLimit(fd_, microseconds, "the CPU latency limit"));
   microseconds_ = microseconds;
   return absl::OkStatus();
 }

@@ -34,59 +34,43 @@ HealthService::Status HealthService::StatusOf(const std::string& service) const 
 grpc::Status HealthService::Check(grpc::ServerContext* ctx,
                                   const grpc::health::v1::HealthCheckRequest* request,
                                   HealthCheckResponse* response) {
-  try {
-    return CheckUnguarded(ctx, request, response);
-  } catch (...) {
-    return StatusOfCurrentException("grpc.health.v1.Health/Check");
-  }
+  return Guarded("grpc.health.v1.Health/Check", [&]() -> grpc::Status {
+    if (grpc::Status s = admit_(ctx); !s.ok()) return s;
+    std::lock_guard lock(mu_);
+    const Status status = StatusOf(request->service());
+    if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service");
+    }
+    response->set_status(status);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status HealthService::Watch(grpc::ServerContext* ctx,
                                   const grpc::health::v1::HealthCheckRequest* request,
                                   grpc::ServerWriter<HealthCheckResponse>* writer) {
-  try {
-    return WatchUnguarded(ctx, request, writer);
-  } catch (...) {
-    return StatusOfCurrentException("grpc.health.v1.Health/Watch");
-  }
-}
-
-grpc::Status HealthService::CheckUnguarded(grpc::ServerContext* ctx,
-                                           const grpc::health::v1::HealthCheckRequest* request,
-                                           HealthCheckResponse* response) {
-  if (grpc::Status s = admit_(ctx); !s.ok()) return s;
-  std::lock_guard lock(mu_);
-  const Status status = StatusOf(request->service());
-  if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service");
-  }
-  response->set_status(status);
-  return grpc::Status::OK;
-}
-
-grpc::Status HealthService::WatchUnguarded(grpc::ServerContext* ctx,
-                                           const grpc::health::v1::HealthCheckRequest* request,
-                                           grpc::ServerWriter<HealthCheckResponse>* writer) {
-  if (grpc::Status s = admit_(ctx); !s.ok()) return s;
-  std::unique_lock lock(mu_);
-  bool first = true;
-  Status last = HealthCheckResponse::UNKNOWN;
-  while (!ctx->IsCancelled()) {
-    const Status now = StatusOf(request->service());
-    if (first || now != last) {
-      HealthCheckResponse response;
-      response.set_status(now);
-      lock.unlock();
-      const bool written = writer->Write(response);
-      lock.lock();
-      if (!written) break;
-      first = false;
-      last = now;
+  return Guarded("grpc.health.v1.Health/Watch", [&]() -> grpc::Status {
+    if (grpc::Status s = admit_(ctx); !s.ok()) return s;
+    std::unique_lock lock(mu_);
+    bool first = true;
+    Status last = HealthCheckResponse::UNKNOWN;
+    while (!ctx->IsCancelled()) {
+      const Status now = StatusOf(request->service());
+      if (first || now != last) {
+        HealthCheckResponse response;
+        response.set_status(now);
+        lock.unlock();
+        const bool written = writer->Write(response);
+        lock.lock();
+        if (!written) break;
+        first = false;
+        last = now;
+      }
+      if (shut_down_) break;  // the stream ends so that shutdown need not wait for it
+      changed_.wait_for(lock, std::chrono::milliseconds(200));
     }
-    if (shut_down_) break;  // the stream ends so that shutdown need not wait for it
-    changed_.wait_for(lock, std::chrono::milliseconds(200));
-  }
-  return grpc::Status::OK;
+    return grpc::Status::OK;
+  });
 }
 
 }  // namespace clash::server

@@ -24,7 +24,7 @@ class HealthService final : public grpc::health::v1::Health::Service {
   void Shutdown();
 
   /// Check and Watch: an exception (of `admit` too) is answered as every other RPC's is
-  /// (StatusOfCurrentException), never as gRPC's UNKNOWN.
+  /// (Guarded, convert.h), never as gRPC's UNKNOWN.
   grpc::Status Check(grpc::ServerContext* ctx, const grpc::health::v1::HealthCheckRequest* request,
                      grpc::health::v1::HealthCheckResponse* response) override;
   grpc::Status Watch(grpc::ServerContext* ctx, const grpc::health::v1::HealthCheckRequest* request,
@@ -33,12 +33,6 @@ class HealthService final : public grpc::health::v1::Health::Service {
  private:
   using Status = grpc::health::v1::HealthCheckResponse::ServingStatus;
   Status StatusOf(const std::string& service) const;  // hold mu_
-  grpc::Status CheckUnguarded(grpc::ServerContext* ctx,
-                              const grpc::health::v1::HealthCheckRequest* request,
-                              grpc::health::v1::HealthCheckResponse* response);
-  grpc::Status WatchUnguarded(grpc::ServerContext* ctx,
-                              const grpc::health::v1::HealthCheckRequest* request,
-                              grpc::ServerWriter<grpc::health::v1::HealthCheckResponse>* writer);
 
   std::function<grpc::Status(grpc::ServerContext*)> admit_;
   mutable std::mutex mu_;

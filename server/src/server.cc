@@ -230,19 +230,13 @@ struct ClashServer::Impl {
   grpc::Status Serve(grpc::ServerContext* ctx, const char* method, Body&& body) {
     const auto start = std::chrono::steady_clock::now();
     if (cpu_latency) cpu_latency->Touch();
-    grpc::Status status;
     std::string tenant_name;
-    try {
+    const grpc::Status status = Guarded(method, [&] {
       absl::StatusOr<std::shared_ptr<Tenant>> tenant = Admit(ctx);
-      if (tenant.ok()) {
-        tenant_name = (*tenant)->name();
-        status = ToGrpc(body(**tenant));
-      } else {
-        status = ToGrpc(tenant.status());
-      }
-    } catch (...) {
-      status = StatusOfCurrentException(method);
-    }
+      if (!tenant.ok()) return ToGrpc(tenant.status());
+      tenant_name = (*tenant)->name();
+      return ToGrpc(body(**tenant));
+    });
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const char* code = CodeName(status.error_code());

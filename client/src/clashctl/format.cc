@@ -406,12 +406,13 @@ std::string FormatInterference(const v1::InterferenceResponse& response, bool al
   Table t({"class", "path a", "path b", "depth mm", "distance mm", "witness point a", "notes"},
           "lllrrll");
   std::size_t hidden = 0;
+  const bool class_only = ClassOnly(response);
   for (const v1::Clash& c : response.clashes()) {
     if (c.clash_class() == v1::CONTACT && !all_classes) {
       ++hidden;
       continue;
     }
-    t.AddRow({ClassName(c.clash_class()), c.path_a(), c.path_b(), DepthCell(c, ClassOnly(response)),
+    t.AddRow({ClassName(c.clash_class()), c.path_a(), c.path_b(), DepthCell(c, class_only),
               DistanceCell(c), FormatVec3(c.point_a_mm()), Marks(c)});
   }
   std::string out = t.rows() > 0 ? t.Render() : "no clashes to show\n";
@@ -478,6 +479,7 @@ std::string JunitReport(std::string_view scene_id, const v1::InterferenceRespons
   int failures = 0;
   int skipped = 0;
   int blocking = 0;
+  const bool class_only = ClassOnly(response);
   for (const v1::Clash& c : response.clashes()) {
     const std::string name = absl::StrCat(c.clash_id(), ": ", c.path_a(), " <-> ", c.path_b());
     std::string outcome;
@@ -488,10 +490,10 @@ std::string JunitReport(std::string_view scene_id, const v1::InterferenceRespons
     } else if (IsBlocking(c)) {
       ++failures;
       ++blocking;
-      outcome = absl::StrCat("<failure type=\"", ClassName(c.clash_class()), "\" message=\"",
-                             ClassName(c.clash_class()), " depth ",
-                             XmlEscape(DepthText(c, ClassOnly(response))), " mm\">",
-                             XmlEscape(ClashDetails(c, ClassOnly(response))), "</failure>");
+      outcome =
+          absl::StrCat("<failure type=\"", ClassName(c.clash_class()), "\" message=\"",
+                       ClassName(c.clash_class()), " depth ", XmlEscape(DepthText(c, class_only)),
+                       " mm\">", XmlEscape(ClashDetails(c, class_only)), "</failure>");
     }
     absl::StrAppend(&cases, Testcase(name, outcome));
   }
