@@ -123,6 +123,11 @@ std::string PartStore::AssemblyPath(const std::string& id) const {
 }
 
 absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Put(const PartInput& input) {
+  CLASH_ASSIGN_OR_RETURN(Prepared prepared, Prepare(input));
+  return Commit(std::move(prepared));
+}
+
+absl::StatusOr<PartStore::Prepared> PartStore::Prepare(const PartInput& input) const {
   if (input.triangles.size() / 3 > max_triangles_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("part '", input.name, "' has ", input.triangles.size() / 3,
@@ -140,18 +145,28 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Put(const PartInput&
   stored.set_faces_total(input.faces_total);
   stored.set_faces_meshed(input.faces_meshed);
   const std::string id = ContentId(stored);
+  Prepared prepared;
   {
     std::lock_guard lock(mu_);
-    if (auto it = loaded_.find(id); it != loaded_.end()) return it->second;
+    if (auto it = loaded_.find(id); it != loaded_.end()) {
+      prepared.entry = it->second;
+      return prepared;
+    }
   }
-  // Validates the buffers (and builds the hierarchy) before anything is written.
-  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, Build(id, stored, max_triangles_));
-  std::string bytes;
-  stored.SerializeToString(&bytes);
-  CLASH_RETURN_IF_ERROR(WriteFileAtomically(PartPath(id), bytes));
+  // Validates the buffers (and builds the hierarchy).
+  CLASH_ASSIGN_OR_RETURN(prepared.entry, Build(id, stored, max_triangles_));
+  stored.SerializeToString(&prepared.bytes);
+  return prepared;
+}
+
+absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Commit(Prepared prepared) {
+  const std::string& id = prepared.entry->info.part_id();
+  if (!prepared.bytes.empty()) {
+    CLASH_RETURN_IF_ERROR(WriteFileAtomically(PartPath(id), prepared.bytes));
+  }
   std::lock_guard lock(mu_);
   ids_.insert(id);
-  auto [it, inserted] = loaded_.emplace(id, entry);
+  auto [it, inserted] = loaded_.emplace(id, std::move(prepared.entry));
   return it->second;
 }
 

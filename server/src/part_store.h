@@ -53,7 +53,20 @@ class PartStore {
 
   /// Validates the buffers, builds the part and stores it (durably) unless a part with the same
   /// content exists. INVALID_ARGUMENT for bad buffers, RESOURCE_EXHAUSTED above the limit.
+  /// Prepare then Commit.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Put(const PartInput& input);
+
+  /// A part validated and built, not yet stored.
+  struct Prepared {
+    std::shared_ptr<const PartEntry> entry;  ///< What GetPart will answer once committed.
+    std::string bytes;  ///< The file to write; empty when the part is stored already.
+  };
+  /// Put's checks and build, writing nothing (the same errors): an import builds all its parts
+  /// before it stores any, so that a refused import leaves none behind.
+  [[nodiscard]] absl::StatusOr<Prepared> Prepare(const PartInput& input) const;
+  /// Stores a prepared part (durably) and serves it; the entry already served when another call
+  /// stored the same content first.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Commit(Prepared prepared);
 
   /// The part with this id, loaded on first use. NOT_FOUND when unknown (or its file is
   /// damaged, which is logged). Loading builds the part's hierarchy: CPU work as long as a query

@@ -37,6 +37,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/server_credentials.h"
 #include "health.h"
+#include "import_store.h"
 #include "limiter.h"
 #include "log.h"
 #include "metrics.h"
@@ -949,96 +950,15 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
     LogLine(LogLevel::kError, absl::StrCat("import worker: ", imported.status().message()));
   }
   if (!imported.ok()) return imported.status();
-  const cad::ImportedAssembly& assembly = imported->assembly;
-  const absl::Status complete = cad::CheckImportComplete(assembly);
-  if (header.strict() && !complete.ok()) return complete;
-
-  v1::Assembly out;
-  out.set_assembly_id(absl::StrCat("a", imported->key.substr(0, 32)));
-  out.set_file_name(header.file_name());
-  out.set_file_sha256(sha);
-  v1::TessellationOptions* used = out.mutable_tessellation();
-  used->set_linear_deflection_mm(options.linear_deflection_mm);
-  used->set_relative_deflection(options.relative_deflection);
-  used->set_angular_deflection_rad(options.angular_deflection_rad);
-  used->set_max_triangles(options.max_triangles);
-  v1::ImportReport* report = out.mutable_report();
-  report->set_roots_total(assembly.roots_total);
-  report->set_roots_transferred(assembly.roots_transferred);
-  report->set_load_failures(assembly.load_failures);
-  report->set_load_warnings(assembly.load_warnings);
-  report->set_empty_parts(assembly.empty_parts);
-  report->set_complete(complete.ok());
-  if (!complete.ok()) report->add_warnings(std::string(complete.message()));
-  report->set_from_cache(imported->from_cache);
-
-  std::vector<std::string> part_ids(assembly.parts.size());
-  std::set<std::string> listed;  // parts already in the response (identical parts share an id)
-  int64_t faces_total = 0;       // summed in 64 bits: each count is up to INT32_MAX
-  int64_t faces_meshed = 0;
-  uint64_t triangles = 0;
-  for (std::size_t i = 0; i < assembly.parts.size(); ++i) {
-    const cad::AssemblyPart& p = assembly.parts[i];
-    faces_total += p.mesh.faces_total;
-    faces_meshed += p.mesh.faces_meshed;
-    absl::StatusOr<std::shared_ptr<const PartEntry>> entry = t.parts().Put(PartInputOf(p));
-    // Only the file's fault (a part whose triangles are all degenerate) is a warning; a part
-    // above the limit, or one the server could not store, fails the import.
-    if (!entry.ok() && !absl::IsInvalidArgument(entry.status())) return entry.status();
-    if (!entry.ok()) {
-      // A part whose triangles are all degenerate: left out, with its instances, and said so.
-      report->add_warnings(
-          absl::StrCat("part '", p.name, "' left out: ", std::string(entry.status().message())));
-      report->set_complete(false);
-      continue;
-    }
-    part_ids[i] = (*entry)->info.part_id();
-    if (listed.insert(part_ids[i]).second) {
-      triangles += (*entry)->info.triangle_count();  // each part once
-      *response->add_parts() = (*entry)->info;
-    }
-  }
-  if (header.strict() && !report->complete()) {
-    return absl::InvalidArgumentError(absl::StrCat("incomplete import: ", report->warnings(0)));
-  }
-  constexpr int64_t kMaxCount = std::numeric_limits<int32_t>::max();
-  report->set_faces_total(static_cast<int32_t>(std::min(faces_total, kMaxCount)));
-  report->set_faces_meshed(static_cast<int32_t>(std::min(faces_meshed, kMaxCount)));
-  report->set_triangles(triangles);
-  for (const cad::AssemblyInstance& inst : assembly.instances) {
-    if (inst.part < 0 || static_cast<std::size_t>(inst.part) >= part_ids.size() ||
-        part_ids[inst.part].empty()) {
-      continue;
-    }
-    // A scaled or mirrored placement has no rigid pose: the instance is left out, and said so.
-    const geom::RigidTransform X_AP = TransformOf(inst.placement);
-    if (!X_AP.IsValid()) {
-      const std::string why = absl::StrCat("instance '", inst.path,
-                                           "' left out: its placement is not a rigid motion "
-                                           "(scaled or mirrored)");
-      if (header.strict()) return absl::InvalidArgumentError(why);
-      report->add_warnings(why);
-      report->set_complete(false);
-      continue;
-    }
-    v1::AssemblyInstance* ai = out.add_instances();
-    ai->set_path(inst.path);
-    ai->set_name(inst.name);
-    ai->set_part_id(part_ids[inst.part]);
-    ToProto(X_AP, ai->mutable_pose());
-    if (inst.color_rgb) {
-      ai->mutable_color()->set_r((*inst.color_rgb)[0]);
-      ai->mutable_color()->set_g((*inst.color_rgb)[1]);
-      ai->mutable_color()->set_b((*inst.color_rgb)[2]);
-    }
-  }
-  if (out.instances().empty()) {
-    return absl::InvalidArgumentError("mesh: no part of the file has usable triangles");
-  }
-  report->set_import_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  CLASH_RETURN_IF_ERROR(t.parts().PutAssembly(out));
-  *response->mutable_assembly() = std::move(out);
-  return absl::OkStatus();
+  ImportFacts facts;
+  facts.file_name = header.file_name();
+  facts.sha256 = sha;
+  facts.cache_key = imported->key;
+  facts.from_cache = imported->from_cache;
+  facts.strict = header.strict();
+  facts.options = options;
+  facts.start = start;
+  return StoreImportedAssembly(imported->assembly, facts, t.parts(), response);
 }
 
 absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConfig& config) {

@@ -1,0 +1,38 @@
+// What an ImportCad call stores: the parts and the assembly of a file the CAD worker has read,
+// all or nothing when the import is refused.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "clash/cad/assembly.h"
+#include "clash/cad/tessellate.h"
+#include "clash/v1/parts.pb.h"
+#include "part_store.h"
+
+namespace clash::server {
+
+/// The facts of one import besides the assembly read.
+struct ImportFacts {
+  std::string file_name;    ///< The user's file name (from the header).
+  std::string sha256;       ///< Of the uploaded bytes, lowercase hex.
+  std::string cache_key;    ///< The import cache's key (the assembly id is made from it).
+  bool from_cache = false;  ///< No worker ran.
+  bool strict = false;  ///< Refuse an incomplete import (INVALID_ARGUMENT) instead of a warning.
+  cad::TessellationOptions options;  ///< The tessellation used.
+  absl::Time start;                  ///< When the call started (for import_seconds).
+};
+
+/// Fills `response` (parts, assembly with its report) from `assembly` and stores its parts and
+/// the assembly in `parts`. Every part is built, and every check that can refuse the import is
+/// made, before the first part is written: an import refused (strict and incomplete, a part
+/// above the triangle limit, no usable instance) leaves nothing stored. Only a failing disk can
+/// stop it halfway, after which the parts written are whole, content-addressed and reused by
+/// the next import of the same file. Without strict, parts whose triangles are all degenerate
+/// and instances whose placement is not a rigid motion are left out with a warning.
+[[nodiscard]] absl::Status StoreImportedAssembly(const cad::ImportedAssembly& assembly,
+                                                 const ImportFacts& facts, PartStore& parts,
+                                                 v1::ImportCadResponse* response);
+
+}  // namespace clash::server
