@@ -214,7 +214,7 @@ TEST_P(QueryOracle, RayCastAgreesWithAllTriangles) {
 TEST_P(QueryOracle, ClosestPointAgreesWithAllTriangles) {
   auto rng = SeededRng(96 + static_cast<int>(GetParam()));
   const int trials = testing::Trials(2000, 400);
-  int bounded = 0, found_within = 0;
+  int bounded = 0, found_within = 0, stopped = 0, not_stopped = 0;
   PartPtr part;
   for (int i = 0; i < trials; ++i) {
     if (i % 250 == 0) {
@@ -258,9 +258,31 @@ TEST_P(QueryOracle, ClosestPointAgreesWithAllTriangles) {
     }
     EXPECT_EQ(internal::SurfacePointWithin(*part, p, expected).distance,
               std::numeric_limits<double>::infinity());
+    // The closest point within a bound unless surface strictly nearer than `stop` turns up
+    // first: then that surface point (any), else exactly ClosestPoint's answer.
+    const double upper = Uniform(rng, 0, 2 * expected) + (i % 2 == 0 ? expected : 0.0);
+    const double stop = Uniform(rng, 0, 2 * expected);
+    const PointDistanceResult u = internal::ClosestPointUnlessWithin(*part, p, upper, stop);
+    const PointDistanceResult c = ClosestPoint(*part, p, upper);
+    if (expected < stop && expected <= upper) {
+      ++stopped;
+      ASSERT_LT(u.distance, stop) << "trial " << i;
+      EXPECT_LE(u.distance, upper);
+      EXPECT_GE(u.distance, expected);
+      EXPECT_EQ(u.distance, (u.p_PC - p).norm());
+      EXPECT_LT((ClosestPointOnTriangle(u.p_PC, part->mesh().triangle(u.triangle)) - u.p_PC).norm(),
+                1e-9);
+    } else {
+      ++not_stopped;
+      EXPECT_EQ(u.distance, c.distance) << "trial " << i;
+      EXPECT_EQ(u.triangle, c.triangle);
+      EXPECT_EQ(u.p_PC, c.p_PC);
+    }
   }
   EXPECT_GT(found_within, bounded / 4);
   EXPECT_LT(found_within, bounded * 3 / 4);
+  EXPECT_GT(stopped, trials / 5);
+  EXPECT_GT(not_stopped, trials / 5);
   // A negative or NaN bound finds nothing.
   EXPECT_EQ(ClosestPoint(*part, Vec3::Zero(), -1.0).distance,
             std::numeric_limits<double>::infinity());

@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "clash/geom/obb.h"
 #include "clash/geom/query.h"
 #include "interference_internal.h"
 
@@ -41,10 +40,18 @@ struct Crossing {
   Vec3 p0, p1;
 };
 
+// Whether node n's box may overlap `box` (P frame): exact for an AABB node; for an OBB node the
+// six face axes of the separating-axis test, not the nine edge-edge axes (they seldom separate
+// a box from an axis-aligned one, and the callers test the vertices themselves), at about a
+// third of the cost.
 bool NodeOverlapsBox(const Part& part, const BvhNode& n, const Aabb& box) {
   const Vec3 t = n.center - box.Center();
-  if (!n.IsObb()) return (t.cwiseAbs() - n.half - box.HalfExtents()).maxCoeff() <= 0.0;
-  return BoxesOverlap(box.HalfExtents(), n.half, part.NodeAxes(n), t);
+  const Vec3 a = box.HalfExtents();
+  if (!n.IsObb()) return (t.cwiseAbs() - n.half - a).maxCoeff() <= 0.0;
+  const Mat3 R = part.NodeAxes(n);  // columns: the node's axes
+  const Mat3 abs_R = R.cwiseAbs();
+  if ((t.cwiseAbs() - abs_R * n.half - a).maxCoeff() > 0.0) return false;
+  return ((R.transpose() * t).cwiseAbs() - abs_R.transpose() * a - n.half).maxCoeff() <= 0.0;
 }
 
 // Calls hit(v, tri) for every vertex v inside `box` (P frame) of every triangle tri of the
@@ -310,6 +317,15 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
   Vec3 anchor = Vec3::Zero();  // Q frame
   double anchor_distance = 0.0;
   uint32_t anchor_triangle = 0;  // the anchor's closest triangle of Q
+  // A searched candidate (Q frame) and a point of Q's surface found for it (the closest, or
+  // any within the depth to beat): not an outside anchor until the inside test says so.
+  auto set_anchor = [&](const Vec3& p_QC, const PointDistanceResult& found) {
+    have_anchor = true;
+    anchor_outside = false;
+    anchor = p_QC;
+    anchor_distance = found.distance;
+    anchor_triangle = found.triangle;
+  };
   for (const Candidate& c : candidates) {
     const Vec3 p_QC = X_QP * c.p_P;
     if (!q.bounds().Contains(p_QC)) continue;
@@ -339,21 +355,20 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
       // whose ball is not known to be empty).
       const PointDistanceResult near = internal::SurfacePointWithin(q, p_QC, beat);
       if (std::isfinite(near.distance)) {
-        have_anchor = true;
-        anchor_outside = false;
-        anchor = p_QC;
-        anchor_distance = near.distance;
-        anchor_triangle = near.triangle;
+        set_anchor(p_QC, near);
         continue;
       }
     }
-    PointDistanceResult d = ClosestPoint(q, p_QC, upper);
+    // The closest point within the bound, unless the walk meets surface strictly nearer than
+    // the depth to beat first (after a failed search within that depth it cannot): then not
+    // deeper, and that point is the next anchor, as above.
+    PointDistanceResult d = internal::ClosestPointUnlessWithin(q, p_QC, upper, beat);
+    if (d.distance < beat) {
+      set_anchor(p_QC, d);
+      continue;
+    }
     if (!std::isfinite(d.distance)) d = ClosestPoint(q, p_QC);
-    have_anchor = true;
-    anchor = p_QC;
-    anchor_distance = d.distance;
-    anchor_triangle = d.triangle;
-    anchor_outside = false;
+    set_anchor(p_QC, d);
     const Vec3 p_WC = X_WP * c.p_P;
     const bool deeper =
         d.distance > beat || (d.distance == beat && best.found && LexLess(p_WC, best.p_WP)) ||

@@ -81,4 +81,12 @@ struct DepthOptions {
 [[nodiscard]] PointDistanceResult SurfacePointWithin(const Part& part, const Vec3& p_PQ,
                                                      double radius);
 
+/// ClosestPoint(part, p_PQ, upper_bound), unless its walk meets a triangle strictly nearer than
+/// `stop_below` first: then that triangle and its distance (below stop_below, not necessarily
+/// the smallest). Tells in one walk that a point is not deeper than a given depth, or else its
+/// closest point: what a point whose bound is near that depth needs (ClosestPoint is this with
+/// stop_below 0).
+[[nodiscard]] PointDistanceResult ClosestPointUnlessWithin(const Part& part, const Vec3& p_PQ,
+                                                           double upper_bound, double stop_below);
+
 }  // namespace clash::geom::internal

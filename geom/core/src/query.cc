@@ -500,6 +500,11 @@ void ForLeavesNear(const Part& part, const Vec3& p, const double* prune2, LeafFn
 }  // namespace
 
 PointDistanceResult ClosestPoint(const Part& part, const Vec3& p_PQ, double upper_bound) {
+  return internal::ClosestPointUnlessWithin(part, p_PQ, upper_bound, 0.0);
+}
+
+PointDistanceResult internal::ClosestPointUnlessWithin(const Part& part, const Vec3& p_PQ,
+                                                       double upper_bound, double stop_below) {
   PointDistanceResult r;
   if (!(upper_bound >= 0.0)) return r;
   double best = upper_bound;
@@ -521,6 +526,7 @@ PointDistanceResult ClosestPoint(const Part& part, const Vec3& p_PQ, double uppe
         found = true;
         r.p_PC = c;
         r.triangle = id;
+        if (d < stop_below) return true;  // (every triangle that near improves on the best)
       }
     }
     return false;

@@ -55,7 +55,9 @@
 // bound (a point beside a crossing is at most its distance from the intersection segment
 // away; a point near an already searched one at most that one's distance plus their
 // separation) is below the best depth, and those in the empty ball about a searched point
-// outside the other part. The result is the one a search of every candidate gives (tested).
+// outside the other part. A search stops at the first surface nearer than the best depth (the
+// candidate is then not deeper), and looks for the closest point only when there is none.
+// The result is the one a search of every candidate gives (tested).
 //
 // Depth for the class only (PairTolerances::depth_cap_mm finite): a caller that needs the
 // class, not the full depth (a plugin dragging a part), lets step 1 look only for candidates
