@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <shared_mutex>
@@ -334,6 +336,9 @@ class World {
 
   [[nodiscard]] absl::Status Build();
   [[nodiscard]] absl::Status Check();
+  // Every class-only move request once, in process on this thread (for an instruction count:
+  // valgrind --tool=callgrind --toggle-collect='*RunMovePosesOnce*').
+  [[nodiscard]] absl::Status RunMovePosesOnce() const;
   void Register();
   void Stop();
 
@@ -745,6 +750,15 @@ absl::StatusOr<v1::InterferenceResponse> World::LocalStoredMove(const v1::Pose& 
   return LocalInterference(stored_request_);
 }
 
+__attribute__((noinline)) absl::Status World::RunMovePosesOnce() const {
+  for (int k = 0; k < kMovePoses; ++k) {
+    CLASH_ASSIGN_OR_RETURN(v1::InterferenceResponse r,
+                           LocalInterference(move_class_requests_[k], true));
+    if (Key(r) != move_keys_[k]) return absl::InternalError("a move's answer changed");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status World::Check() {
   // 1. The whole scene: the same clashes, none between tiles.
   {
@@ -1081,6 +1095,47 @@ void World::Register() {
         },
         [this](int64_t i) -> const std::string& { return move_keys_[i % kMovePoses]; });
   }
+  // The one-thread class-only move-and-check on a worker thread woken for each call: the cost
+  // of the two thread wake-ups a call through gRPC has too, without gRPC.
+  add("BM_MoveCheckClass/handoff", [this](benchmark::State& state) {
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t job = -1;  // the pose to check; -1: none
+    bool quit = false;
+    std::optional<absl::StatusOr<v1::InterferenceResponse>> result;
+    std::thread worker([&] {
+      std::unique_lock lock(mu);
+      while (true) {
+        cv.wait(lock, [&] { return job >= 0 || quit; });
+        if (quit) return;
+        const int64_t i = std::exchange(job, -1);
+        lock.unlock();
+        auto r = LocalInterference(move_class_requests_[i % kMovePoses], true);
+        lock.lock();
+        result = std::move(r);
+        cv.notify_all();
+      }
+    });
+    TimedLoop(
+        state, "BM_MoveCheckClass/handoff",
+        [&](int64_t i) {
+          std::unique_lock lock(mu);
+          job = i;
+          result.reset();
+          cv.notify_all();
+          cv.wait(lock, [&] { return result.has_value(); });
+          return std::move(*result);
+        },
+        [&](int64_t i, const auto& got) {
+          return Expect("MoveCheckClass", got, move_keys_[i % kMovePoses]);
+        });
+    {
+      std::lock_guard lock(mu);
+      quit = true;
+    }
+    cv.notify_all();
+    worker.join();
+  });
   add("BM_MoveCheck/fcl", [this](benchmark::State& state) {
     TimedLoop(
         state, "BM_MoveCheck/fcl", [&](int64_t i) { return FclMove(i % kMovePoses); },
@@ -1207,6 +1262,7 @@ void PrintTable() {
 int main(int argc, char** argv) {
   // Our flags out of argv; a default minimum time per benchmark (p99 needs many samples).
   bool check_only = false;
+  bool move_poses_once = false;  // with --check-only: then every move pose once (RunMovePosesOnce)
   // Off as clashd has it (server/src/main.cc), unless --deadlock-detection asks for Debian's
   // default.
   bool deadlock_detection = false;
@@ -1225,6 +1281,8 @@ int main(int argc, char** argv) {
     };
     if (arg == "--check-only") {
       check_only = true;
+    } else if (arg == "--move-poses-once") {
+      move_poses_once = true;
     } else if (arg == "--deadlock-detection") {
       deadlock_detection = true;
     } else if (!int_flag("--tiles=", &tiles) && !int_flag("--query-helpers=", &server_helpers) &&
@@ -1248,7 +1306,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "clash_service_bench: all agreement checks passed\n");
-  if (check_only) return 0;
+  if (check_only) {
+    if (!move_poses_once) return 0;
+    st = world.RunMovePosesOnce();
+    if (!st.ok()) std::fprintf(stderr, "clash_service_bench: FAILED: %s\n", st.ToString().c_str());
+    return st.ok() ? 0 : 1;
+  }
   world.Register();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
