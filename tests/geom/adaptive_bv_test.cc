@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
+#include <utility>
+#include <vector>
 
 #include "clash/geom/part.h"
 #include "testing/random_geometry.h"
@@ -179,6 +182,51 @@ TEST(AdaptiveBv, EveryVertexInsideEveryEnclosingNode) {
           }
         }
       }
+    }
+  }
+}
+
+// Property: every node box is tight on its own vertices. Each of its six faces touches a
+// vertex of the node's triangles, up to the growth the build adds for rounding; a box fitted
+// on vertices of other nodes too would stand off on some face.
+TEST(AdaptiveBv, EveryNodeBoxTouchesItsVerticesOnEveryFace) {
+  auto rng = SeededRng(64);
+  for (int trial = 0; trial < testing::Trials(8, 3); ++trial) {
+    RawMesh raw = trial % 2 ? MakeSoup(rng, 300, 20, 3) : MakeBlob(rng, 10, 12, 16, 0.3);
+    raw = raw.Transformed({RandomRotation(rng), RandomPoint(rng, 100)});
+    for (BvMode mode : {BvMode::kAdaptive, BvMode::kObbOnly}) {
+      PartOptions o;
+      o.bv.mode = mode;
+      auto part = raw.Part(o);
+      const auto& nodes = part->nodes();
+      const TriangleMesh& m = part->mesh();
+      const double slack = 1e-8 * (part->bounds().Diagonal() + 100.0);
+      // Triangle ranges bottom-up (children follow their parent).
+      std::vector<std::pair<uint32_t, uint32_t>> range(nodes.size());
+      for (std::size_t k = nodes.size(); k-- > 0;) {
+        const BvhNode& n = nodes[k];
+        range[k] = n.IsLeaf() ? std::pair{n.index, n.index + n.Count()}
+                              : std::pair{range[n.index].first, range[n.index + 1].second};
+      }
+      int obb_nodes = 0;
+      for (std::size_t k = 0; k < nodes.size(); ++k) {
+        const Obb box = part->NodeBox(nodes[k]);
+        obb_nodes += nodes[k].IsObb();
+        Vec3 lo = Vec3::Constant(std::numeric_limits<double>::infinity()), hi = -lo;
+        for (uint32_t s = range[k].first; s < range[k].second; ++s) {
+          for (uint32_t v : m.triangles()[s]) {
+            const Vec3 q = box.axes.transpose() * (m.vertices()[v] - box.center);
+            lo = lo.cwiseMin(q);
+            hi = hi.cwiseMax(q);
+          }
+        }
+        const double tol = 1e-5 * box.half.sum() + slack;
+        for (int a = 0; a < 3; ++a) {
+          ASSERT_NEAR(hi[a], box.half[a], tol) << "node " << k << " axis " << a;
+          ASSERT_NEAR(lo[a], -box.half[a], tol) << "node " << k << " axis " << a;
+        }
+      }
+      EXPECT_GT(obb_nodes, static_cast<int>(nodes.size() / 4)) << "trial " << trial;
     }
   }
 }

@@ -45,17 +45,21 @@ void CheckInvariants(const Prims& p, const BvhTopology& t, const BvhBuildOptions
     ++visited;
     max_depth = std::max(max_depth, depth);
     const auto& node = t.nodes[i];
+    // Every box is exactly the union of what it holds (min and max are exact).
+    Aabb tight;
     if (node.IsLeaf()) {
       EXPECT_LE(node.count, static_cast<uint32_t>(o.max_leaf_size));
       for (uint32_t k = node.index; k < node.index + node.count; ++k) {
         ++seen[t.prims[k]];
-        EXPECT_TRUE(node.box.Contains(p.boxes[t.prims[k]]));
+        tight.Add(p.boxes[t.prims[k]]);
       }
+      EXPECT_TRUE(node.box.min == tight.min && node.box.max == tight.max) << "leaf " << i;
     } else {
       ASSERT_LT(node.index + 1, t.nodes.size());
       EXPECT_GT(node.index, i);
-      EXPECT_TRUE(node.box.Contains(t.nodes[node.index].box));
-      EXPECT_TRUE(node.box.Contains(t.nodes[node.index + 1].box));
+      tight.Add(t.nodes[node.index].box);
+      tight.Add(t.nodes[node.index + 1].box);
+      EXPECT_TRUE(node.box.min == tight.min && node.box.max == tight.max) << "node " << i;
       stack.push_back({node.index, depth + 1});
       stack.push_back({node.index + 1, depth + 1});
     }

@@ -95,23 +95,32 @@ bool TakesAabb(const PrincipalFrame& frame, const AdaptiveBvOptions& options) {
          PredictedAabbGrowth(frame, kVolumePadRelative) * options.obb_volume_ratio <= 1.0;
 }
 
-AdaptiveBox ChooseBox(std::span<const Vec3> points, const PrincipalFrame& frame, const Aabb& aabb,
-                      const AdaptiveBvOptions& options) {
+AdaptiveBox ChooseFittedBox(const Obb& fitted, const Aabb& aabb, const AdaptiveBvOptions& options) {
   AdaptiveBox r;
-  r.box = Obb::FromAabb(aabb);
   r.aabb_volume = aabb.Volume();
-  r.angle_rad = MisalignmentAngle(frame, options.eigen_tie_relative);
-  if (TakesAabb(frame, options) || points.empty()) return r;
-  Obb obb = FitObbOnAxes(points, frame.axes);
   if (options.mode == BvMode::kAdaptive) {
     const double pad = kVolumePadRelative * aabb.Diagonal();
-    if (PaddedVolume(obb.half, pad) >
+    if (PaddedVolume(fitted.half, pad) >
         options.obb_volume_ratio * PaddedVolume(aabb.HalfExtents(), pad)) {
+      r.box = Obb::FromAabb(aabb);
       return r;
     }
   }
-  r.box = obb;
+  r.box = fitted;
   r.is_obb = true;
+  return r;
+}
+
+AdaptiveBox ChooseBox(std::span<const Vec3> points, const PrincipalFrame& frame, const Aabb& aabb,
+                      const AdaptiveBvOptions& options) {
+  AdaptiveBox r;
+  if (TakesAabb(frame, options) || points.empty()) {
+    r.box = Obb::FromAabb(aabb);
+    r.aabb_volume = aabb.Volume();
+  } else {
+    r = ChooseFittedBox(FitObbOnAxes(points, frame.axes), aabb, options);
+  }
+  r.angle_rad = MisalignmentAngle(frame, options.eigen_tie_relative);
   return r;
 }
 

@@ -145,18 +145,9 @@ double BoxSeparationTravel(const Vec3& ha, const Vec3& hb, const Mat3& R, const 
 
 Obb FitObbOnAxes(std::span<const Vec3> points, const Mat3& axes) {
   if (points.empty()) return {};
-  // Project relative to a point of the set, so that rounding scales with the set's size and
-  // not with its distance from the origin (the axes may be orthonormal only to ~1e-7).
-  const Vec3 ref = points[0];
-  Vec3 lo = Vec3::Constant(std::numeric_limits<double>::infinity());
-  Vec3 hi = -lo;
-  const Mat3 At = axes.transpose();
-  for (const Vec3& p : points) {
-    const Vec3 q = At * (p - ref);
-    lo = lo.cwiseMin(q);
-    hi = hi.cwiseMax(q);
-  }
-  return {ref + axes * (0.5 * (lo + hi)), axes, 0.5 * (hi - lo)};
+  ObbOnAxesFit fit(points[0], axes);
+  fit.Add(points);
+  return fit.Box();
 }
 
 }  // namespace clash::geom

@@ -60,9 +60,18 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
   const double magnitude = std::max(b.min.cwiseAbs().maxCoeff(), b.max.cwiseAbs().maxCoeff());
   const double inflate = 1e-9 * (b.Diagonal() + magnitude) + 1e-12;
 
+  // The mesh numbers its vertices by first use in leaf order, so the vertices first used by
+  // triangles [b, e) are the contiguous range [first_new[b], first_new[e]); a node's other
+  // vertices are those below first_new[b] that its triangles share with earlier ones. Fitting
+  // a box on that set, not on three corners per triangle, projects each vertex about once.
+  std::vector<uint32_t> first_new(m.num_triangles() + 1, 0);
+  for (std::size_t s = 0; s < m.num_triangles(); ++s) {
+    const auto& t = m.triangles()[s];
+    first_new[s + 1] = std::max({first_new[s], t[0] + 1, t[1] + 1, t[2] + 1});
+  }
+
   part->nodes_.resize(count);
   PartStats& st = part->stats_;
-  std::vector<Vec3> scratch;
   for (std::size_t k = 0; k < count; ++k) {
     const auto& tn = topo.nodes[k];
     AdaptiveBox chosen;
@@ -74,11 +83,18 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
       frame.axes = frame.axes.cast<float>().cast<double>();
       if (!TakesAabb(frame, options.bv) &&
           part->rotations_.size() < std::min(options.max_obb_nodes, kMaxObbNodes)) {
-        scratch.clear();
-        for (uint32_t s = range_begin[k]; s < range_end[k]; ++s) {
-          for (uint32_t v : m.triangles()[s]) scratch.push_back(m.vertices()[v]);
+        // The node's vertex set, each vertex about once (repeats do not change the box),
+        // projected relative to its first triangle's first corner.
+        const uint32_t first = range_begin[k], last = range_end[k];
+        const auto& vertices = m.vertices();
+        ObbOnAxesFit fit(vertices[m.triangles()[first][0]], frame.axes);
+        fit.Add(std::span(vertices).subspan(first_new[first], first_new[last] - first_new[first]));
+        for (uint32_t s = first; s < last; ++s) {
+          for (uint32_t v : m.triangles()[s]) {
+            if (v < first_new[first]) fit.Add(vertices[v]);
+          }
         }
-        chosen = ChooseBox(scratch, frame, tn.box, options.bv);
+        chosen = ChooseFittedBox(fit.Box(), tn.box, options.bv);
       }
     }
     if (chosen.is_obb) {

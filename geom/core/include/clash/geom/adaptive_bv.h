@@ -102,4 +102,10 @@ inline constexpr double kVolumePadRelative = 1e-3;
 [[nodiscard]] AdaptiveBox ChooseBox(std::span<const Vec3> points, const PrincipalFrame& frame,
                                     const Aabb& aabb, const AdaptiveBvOptions& options);
 
+/// The rule's last step for a set that TakesAabb sends to an OBB: `fitted` (the set's box on
+/// its principal axes) unless, in adaptive mode, it is not materially smaller than the set's
+/// tight AABB. angle_rad is left 0 (ChooseBox fills it).
+[[nodiscard]] AdaptiveBox ChooseFittedBox(const Obb& fitted, const Aabb& aabb,
+                                          const AdaptiveBvOptions& options);
+
 }  // namespace clash::geom

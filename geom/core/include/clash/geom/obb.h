@@ -94,4 +94,33 @@ struct PrincipalFrame {
 /// The OBB of points on the given axes (extents by projection).
 [[nodiscard]] Obb FitObbOnAxes(std::span<const Vec3> points, const Mat3& axes);
 
+/// FitObbOnAxes one point at a time, for sets that are not one contiguous span. Projects
+/// relative to `ref`, a point of the set (FitObbOnAxes takes the first), so that rounding
+/// scales with the set's size and not with its distance from the origin; the box of the
+/// same points, in any order and with repeats, is the same to the last bit.
+class ObbOnAxesFit {
+ public:
+  ObbOnAxesFit(const Vec3& ref, const Mat3& axes) : ref_(ref), axes_(axes), at_(axes.transpose()) {}
+  /// Adds a point.
+  void Add(const Vec3& p) {
+    const Vec3 q = at_ * (p - ref_);
+    lo_ = lo_.cwiseMin(q);
+    hi_ = hi_.cwiseMax(q);
+  }
+  /// Adds points.
+  void Add(std::span<const Vec3> points) {
+    for (const Vec3& p : points) Add(p);
+  }
+  /// The box of the points added (at least one; ref must be one of them).
+  [[nodiscard]] Obb Box() const {
+    return {ref_ + axes_ * (0.5 * (lo_ + hi_)), axes_, 0.5 * (hi_ - lo_)};
+  }
+
+ private:
+  Vec3 ref_;
+  Mat3 axes_, at_;
+  Vec3 lo_ = Vec3::Constant(std::numeric_limits<double>::infinity());
+  Vec3 hi_ = Vec3::Constant(-std::numeric_limits<double>::infinity());
+};
+
 }  // namespace clash::geom
