@@ -158,6 +158,7 @@ void BuildBench(benchmark::State& state, BvMode mode, const std::string& part_na
     out.counters["aabb_nodes"] = static_cast<double>(st.aabb_nodes);
     out.counters["obb_nodes"] = static_cast<double>(st.obb_nodes);
     out.counters["volume_saved"] = st.VolumeSaved();
+    out.counters["sah_cost"] = st.sah_cost;  // the tree's quality (lower is better)
     return out;
   });
   const PartData* pd = p.error.empty() ? *LoadPart(part_name) : nullptr;

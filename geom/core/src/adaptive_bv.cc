@@ -34,8 +34,14 @@ AreaMoments AreaMoments::Of(const Triangle& t) {
   m.area = t.Area();
   const Vec3 c = t.Centroid();
   m.first = m.area * c;
-  m.second = (m.area / 12.0) * (9.0 * c * c.transpose() + t.a * t.a.transpose() +
-                                t.b * t.b.transpose() + t.c * t.c.transpose());
+  // (area / 12) (9 c c^T + a a^T + b b^T + c' c'^T), entry by entry without temporaries.
+  const double w = m.area / 12.0;
+  const Vec3 c9 = 9.0 * c;
+  for (int j = 0; j < 3; ++j) {
+    for (int i = 0; i < 3; ++i) {
+      m.second(i, j) = w * (c9[i] * c[j] + t.a[i] * t.a[j] + t.b[i] * t.b[j] + t.c[i] * t.c[j]);
+    }
+  }
   return m;
 }
 

@@ -1,5 +1,7 @@
 #include "clash/geom/bvh_build.h"
 
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -9,40 +11,63 @@
 namespace clash::geom {
 namespace {
 
-// A range of primitive slots to split, with the bounds of its boxes and of its centroids
-// (known from the parent's split, so no pass over the range recomputes them).
-struct Task {
+// The split search works on single-precision copies of the boxes and centroids, taken
+// relative to the centre of all boxes (so a part far from the origin keeps its relative
+// precision), four lanes per point (x, y, z, unused). Single precision only steers the SAH
+// choice: node boxes are computed exactly, in double precision, once the tree is built.
+struct alignas(16) BoxF {
+  __m128 lo, hi;
+};
+struct alignas(16) PointF {
+  __m128 p;
+};
+
+// A range of primitive slots to split, with the bounds of its centroids (single precision;
+// known from the parent's partition, so no pass over the range recomputes them).
+struct alignas(16) Task {
+  __m128 clo, chi;
   uint32_t node;
   uint32_t begin, end;
   int depth;
-  Aabb box, cbox;
 };
 
-struct Bin {
-  Aabb box;
-  uint32_t count = 0;
+struct alignas(16) Bin {
+  BoxF box;
+  uint32_t count;
 };
 
 constexpr int kMaxBins = 64;
 
-// Half the surface area of a box that holds a point.
-inline double HalfAreaOfNonEmpty(const Aabb& b) {
+inline BoxF EmptyBoxF() {
+  return {_mm_set1_ps(std::numeric_limits<float>::infinity()),
+          _mm_set1_ps(-std::numeric_limits<float>::infinity())};
+}
+inline void AddBox(BoxF& to, const BoxF& b) {
+  to.lo = _mm_min_ps(to.lo, b.lo);
+  to.hi = _mm_max_ps(to.hi, b.hi);
+}
+inline void AddPoint(BoxF& to, __m128 p) {
+  to.lo = _mm_min_ps(to.lo, p);
+  to.hi = _mm_max_ps(to.hi, p);
+}
+// Half the surface area of a box that holds a point (lane 3 ignored).
+inline float HalfAreaF(const BoxF& b) {
+  const __m128 s = _mm_sub_ps(b.hi, b.lo);
+  const __m128 p = _mm_mul_ps(s, _mm_shuffle_ps(s, s, _MM_SHUFFLE(3, 0, 2, 1)));  // xy yz zx
+  const __m128 xy_yz = _mm_add_ss(p, _mm_shuffle_ps(p, p, _MM_SHUFFLE(1, 1, 1, 1)));
+  return _mm_cvtss_f32(_mm_add_ss(xy_yz, _mm_movehl_ps(p, p)));
+}
+
+// Half the surface area of a box, 0 for an empty one.
+double HalfArea(const Aabb& b) {
+  if (b.IsEmpty()) return 0.0;
   const Vec3 s = b.Size();
   return s.x() * s.y() + s.y() * s.z() + s.z() * s.x();
 }
 
-// Half the surface area of a box, 0 for an empty one.
-double HalfArea(const Aabb& b) { return b.IsEmpty() ? 0.0 : HalfAreaOfNonEmpty(b); }
-
-// The bounds of the boxes and of the centroids of prims[begin, end).
-void RangeBounds(std::span<const Aabb> boxes, std::span<const Vec3> centroids,
-                 const uint32_t* prims, uint32_t begin, uint32_t end, Aabb* box, Aabb* cbox) {
-  *box = Aabb{};
-  *cbox = Aabb{};
-  for (uint32_t i = begin; i < end; ++i) {
-    box->Add(boxes[prims[i]]);
-    cbox->Add(centroids[prims[i]]);
-  }
+inline __m128 ToFloat(const Vec3& v, const Vec3& origin) {
+  return _mm_setr_ps(static_cast<float>(v.x() - origin.x()), static_cast<float>(v.y() - origin.y()),
+                     static_cast<float>(v.z() - origin.z()), 0.0f);
 }
 
 }  // namespace
@@ -56,26 +81,35 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
   const uint32_t max_leaf = static_cast<uint32_t>(std::clamp(options.max_leaf_size, 1, 255));
   const int bins = std::clamp(options.bins, 2, kMaxBins);
 
+  Aabb all;
+  for (const Aabb& b : boxes) all.Add(b);
+  const Vec3 origin = all.IsEmpty() ? Vec3::Zero() : all.Center();
+  std::vector<BoxF> fbox(n);
+  std::vector<PointF> fcen(n);
+  BoxF root_c = EmptyBoxF();
+  for (uint32_t i = 0; i < n; ++i) {
+    fbox[i] = {ToFloat(boxes[i].min, origin), ToFloat(boxes[i].max, origin)};
+    fcen[i].p = ToFloat(centroids[i], origin);
+    AddPoint(root_c, fcen[i].p);
+  }
+
   out.prims.resize(n);
   std::iota(out.prims.begin(), out.prims.end(), 0u);
   out.nodes.reserve(2 * static_cast<std::size_t>(n));
   out.nodes.emplace_back();
   uint32_t* prims = out.prims.data();
   std::vector<Task> stack;
-  stack.reserve(2 * static_cast<std::size_t>(options.max_depth) + 2);
-  {
-    Task root{0, 0, n, 0, {}, {}};
-    RangeBounds(boxes, centroids, prims, 0, n, &root.box, &root.cbox);
-    stack.push_back(root);
-  }
+  stack.reserve(static_cast<std::size_t>(options.max_depth) + 2);
+  stack.push_back({root_c.lo, root_c.hi, 0, 0, n, 0});
   Bin bin_data[3 * kMaxBins];
-  Aabb right_boxes[kMaxBins];
+  float right_area[kMaxBins];
   uint32_t right_count[kMaxBins];
+  const __m128 zero = _mm_setzero_ps();
+  const __m128 last_bin = _mm_set1_ps(static_cast<float>(bins - 1));
 
   while (!stack.empty()) {
     const Task task = stack.back();
     stack.pop_back();
-    out.nodes[task.node].box = task.box;
     out.depth = std::max(out.depth, task.depth);
     const uint32_t count = task.end - task.begin;
     if (count <= max_leaf) {
@@ -87,60 +121,72 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
     // Near the depth cap, median splits guarantee the rest of the tree fits under it.
     const int levels_left =
         static_cast<int>(std::ceil(std::log2(static_cast<double>(count) / max_leaf))) + 1;
-    const Aabb& cbox = task.cbox;
-    const Vec3 cext = cbox.Size();
+    alignas(16) float cext[4];
+    _mm_store_ps(cext, _mm_sub_ps(task.chi, task.clo));
     int axis = 0;
-    if (cext.y() > cext[axis]) axis = 1;
-    if (cext.z() > cext[axis]) axis = 2;
+    if (cext[1] > cext[axis]) axis = 1;
+    if (cext[2] > cext[axis]) axis = 2;
     uint32_t mid = task.begin;
-    Aabb child_box[2], child_cbox[2];
+    BoxF child_c[2] = {EmptyBoxF(), EmptyBoxF()};
     bool split_done = false;
 
     if (cext[axis] > 0 && task.depth + levels_left < options.max_depth) {
-      // Binned SAH over all three axes. A centroid's bin on axis k is
-      // (c - lo) * (bins / extent), clamped; the partition below uses the same expression.
-      Vec3 to_bin = Vec3::Zero();
+      // Binned SAH over all three axes. A centroid's bins are (c - lo) * (bins / extent),
+      // clamped to [0, bins - 1] (0 on an axis without extent); the partition below uses the
+      // same function.
+      alignas(16) float to_bin_f[4] = {0, 0, 0, 0};
       for (int k = 0; k < 3; ++k) {
-        if (cext[k] > 0) to_bin[k] = bins / cext[k];
+        if (cext[k] > 0) to_bin_f[k] = static_cast<float>(bins) / cext[k];
       }
-      const Vec3 lo = cbox.min;
-      const auto bin_of = [&](const Vec3& c, int k) {
-        return std::clamp(static_cast<int>((c[k] - lo[k]) * to_bin[k]), 0, bins - 1);
+      const __m128 to_bin = _mm_load_ps(to_bin_f), lo = task.clo;
+      const auto bins_of = [&](__m128 c) {
+        const __m128 f = _mm_mul_ps(_mm_sub_ps(c, lo), to_bin);
+        // max(NaN, 0) is 0: a NaN lane falls in bin 0.
+        return _mm_cvttps_epi32(_mm_min_ps(_mm_max_ps(f, zero), last_bin));
       };
-      for (int i = 0; i < 3 * bins; ++i) bin_data[i] = Bin{};
+      for (int i = 0; i < 3 * bins; ++i) bin_data[i] = {EmptyBoxF(), 0};
       for (uint32_t i = task.begin; i < task.end; ++i) {
         const uint32_t p = prims[i];
-        const Vec3& c = centroids[p];
-        const Aabb& b = boxes[p];
+        alignas(16) int32_t bi[4];
+        _mm_store_si128(reinterpret_cast<__m128i*>(bi), bins_of(fcen[p].p));
+        const BoxF& b = fbox[p];
         for (int k = 0; k < 3; ++k) {
-          Bin& bin = bin_data[k * bins + bin_of(c, k)];
-          bin.box.Add(b);
+          Bin& bin = bin_data[k * bins + bi[k]];
+          AddBox(bin.box, b);
           ++bin.count;
         }
       }
-      double best_cost = std::numeric_limits<double>::infinity();
+      float best_cost = std::numeric_limits<float>::infinity();
       int best_axis = -1, best_split = -1;
       for (int k = 0; k < 3; ++k) {
         if (!(cext[k] > 0)) continue;
         const Bin* kb = &bin_data[k * bins];
-        Aabb acc;
+        // Right of each split: the area and count of bins i .. bins - 1.
+        BoxF acc = EmptyBoxF();
         uint32_t cnt = 0;
+        float area = 0.0f;
         for (int i = bins - 1; i > 0; --i) {
-          acc.Add(kb[i].box);
-          cnt += kb[i].count;
-          right_boxes[i] = acc;
+          if (kb[i].count != 0) {
+            AddBox(acc, kb[i].box);
+            cnt += kb[i].count;
+            area = HalfAreaF(acc);
+          }
+          right_area[i] = area;
           right_count[i] = cnt;
         }
-        acc = Aabb{};
+        // A split after an empty bin repeats the split before it (same sides, same cost, and
+        // the first of equal costs wins): only splits after a non-empty bin are costed.
+        acc = EmptyBoxF();
         cnt = 0;
         for (int i = 0; i < bins - 1; ++i) {
-          acc.Add(kb[i].box);
+          if (kb[i].count == 0) continue;
+          AddBox(acc, kb[i].box);
           cnt += kb[i].count;
-          if (cnt == 0 || right_count[i + 1] == 0) continue;
+          if (right_count[i + 1] == 0) break;  // so are all further right
           // Both sides hold primitives, so neither box is empty (an empty primitive box
-          // would give an infinite cost, never chosen).
-          const double cost = HalfAreaOfNonEmpty(acc) * cnt +
-                              HalfAreaOfNonEmpty(right_boxes[i + 1]) * right_count[i + 1];
+          // would give an infinite or NaN cost, never chosen).
+          const float cost = HalfAreaF(acc) * static_cast<float>(cnt) +
+                             right_area[i + 1] * static_cast<float>(right_count[i + 1]);
           if (cost < best_cost) {
             best_cost = cost;
             best_axis = k;
@@ -149,29 +195,32 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
         }
       }
       if (best_axis >= 0) {
-        // Partition, gathering each side's centroid bounds; the sides' boxes are their bins'.
+        // Partition, gathering each side's centroid bounds.
         const int k = best_axis;
+        const auto left_side = [&](uint32_t p) {
+          alignas(16) int32_t bi[4];
+          _mm_store_si128(reinterpret_cast<__m128i*>(bi), bins_of(fcen[p].p));
+          return bi[k] <= best_split;
+        };
         uint32_t* first = prims + task.begin;
         uint32_t* last = prims + task.end;
         for (;;) {
-          while (first != last && bin_of(centroids[*first], k) <= best_split) {
-            child_cbox[0].Add(centroids[*first]);
+          while (first != last && left_side(*first)) {
+            AddPoint(child_c[0], fcen[*first].p);
             ++first;
           }
-          while (first != last && bin_of(centroids[*(last - 1)], k) > best_split) {
+          while (first != last && !left_side(*(last - 1))) {
             --last;
-            child_cbox[1].Add(centroids[*last]);
+            AddPoint(child_c[1], fcen[*last].p);
           }
           if (first == last) break;
           --last;
           std::swap(*first, *last);
-          child_cbox[0].Add(centroids[*first]);
-          child_cbox[1].Add(centroids[*last]);
+          AddPoint(child_c[0], fcen[*first].p);
+          AddPoint(child_c[1], fcen[*last].p);
           ++first;
         }
         mid = static_cast<uint32_t>(first - prims);
-        const Bin* kb = &bin_data[k * bins];
-        for (int i = 0; i < bins; ++i) child_box[i <= best_split ? 0 : 1].Add(kb[i].box);
         split_done = mid > task.begin && mid < task.end;
       }
     }
@@ -180,8 +229,10 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
       std::nth_element(
           prims + task.begin, prims + mid, prims + task.end,
           [&](uint32_t a, uint32_t b) { return centroids[a][axis] < centroids[b][axis]; });
-      RangeBounds(boxes, centroids, prims, task.begin, mid, &child_box[0], &child_cbox[0]);
-      RangeBounds(boxes, centroids, prims, mid, task.end, &child_box[1], &child_cbox[1]);
+      child_c[0] = child_c[1] = EmptyBoxF();
+      for (uint32_t i = task.begin; i < task.end; ++i) {
+        AddPoint(child_c[i < mid ? 0 : 1], fcen[prims[i]].p);
+      }
     }
     // Children are appended; take no reference into `nodes` across the push.
     const uint32_t left = static_cast<uint32_t>(out.nodes.size());
@@ -189,8 +240,22 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
     out.nodes.emplace_back();
     out.nodes[task.node].index = left;
     out.nodes[task.node].count = 0;
-    stack.push_back({left + 1, mid, task.end, task.depth + 1, child_box[1], child_cbox[1]});
-    stack.push_back({left, task.begin, mid, task.depth + 1, child_box[0], child_cbox[0]});
+    stack.push_back({child_c[1].lo, child_c[1].hi, left + 1, mid, task.end, task.depth + 1});
+    stack.push_back({child_c[0].lo, child_c[0].hi, left, task.begin, mid, task.depth + 1});
+  }
+
+  // Exact boxes bottom-up (children always follow their parent): each primitive's box is
+  // read once.
+  for (std::size_t k = out.nodes.size(); k-- > 0;) {
+    BvhTopology::Node& node = out.nodes[k];
+    Aabb box;
+    if (node.IsLeaf()) {
+      for (uint32_t i = node.index; i < node.index + node.count; ++i) box.Add(boxes[prims[i]]);
+    } else {
+      box = out.nodes[node.index].box;
+      box.Add(out.nodes[node.index + 1].box);
+    }
+    node.box = box;
   }
 
   // SAH cost relative to the root (traversal cost per inner node, intersection per primitive).
