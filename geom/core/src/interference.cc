@@ -54,12 +54,19 @@ bool NodeOverlapsBox(const Part& part, const BvhNode& n, const Aabb& box) {
   return ((R.transpose() * t).cwiseAbs() - abs_R.transpose() * a - n.half).maxCoeff() <= 0.0;
 }
 
-// Calls hit(v, tri) for every vertex v inside `box` (P frame) of every triangle tri of the
-// leaves of P that the box reaches, in the walk's leaf order.
-template <typename HitFn>
-void ForVerticesInBox(const Part& part, const Aabb& box, HitFn&& hit) {
+}  // namespace
+
+namespace internal {
+
+// Each vertex is looked at once, at its first use (Part::first_uses): on the smallest triangle
+// that holds it, in the one leaf that is sure to be reached when the vertex is inside the box
+// (its box and its ancestors' hold the vertex, and the node test never culls a box that shares
+// a point with `box`). The walk visits leaves in triangle order, so the list comes in the order
+// the walk first meets the vertices.
+void VerticesInBox(const Part& part, const Aabb& box, std::vector<DepthCandidate>* out) {
   const auto& N = part.nodes();
   const TriangleMesh& m = part.mesh();
+  const std::vector<uint8_t>& first_uses = part.first_uses();
   std::vector<uint32_t> stack = {0};
   while (!stack.empty()) {
     const BvhNode& n = N[stack.back()];
@@ -70,62 +77,19 @@ void ForVerticesInBox(const Part& part, const Aabb& box, HitFn&& hit) {
       stack.push_back(n.index);
       continue;
     }
-    for (uint32_t k = 0; k < n.Count(); ++k) {
-      const uint32_t tri = n.index + k;
-      for (uint32_t v : m.triangles()[tri]) {
-        if (box.Contains(m.vertices()[v])) hit(v, tri);
+    for (uint32_t tri = n.index; tri < n.index + n.Count(); ++tri) {
+      for (uint32_t c = 0, bits = first_uses[tri]; bits != 0; ++c, bits >>= 1) {
+        if ((bits & 1u) == 0) continue;
+        const Vec3& p = m.vertices()[m.triangles()[tri][c]];
+        if (box.Contains(p)) out->push_back({p, tri});
       }
     }
   }
 }
 
-// P's vertices inside `box` (P frame), each once with the smallest-index triangle that holds
-// it among those of the leaves the box reaches. Parts of at most `max_stamped` vertices mark
-// them in a per-thread array stamped per call (nothing sorted or cleared; 8 bytes per vertex
-// of the largest such part, kept by the thread) and list them in the order the walk first
-// meets them (leaf order: neighbours come in runs, which DeepestInside's bounds use); larger
-// parts sort the hits instead and list them in vertex order.
-void VerticesInBox(const Part& part, const Aabb& box, std::size_t max_stamped,
-                   std::vector<Candidate>* out) {
-  const TriangleMesh& m = part.mesh();
-  const std::size_t n_vertices = m.vertices().size();
-  if (n_vertices > max_stamped) {
-    std::vector<uint64_t> hits;  // vertex << 32 | triangle: sorted, vertex first
-    ForVerticesInBox(part, box,
-                     [&](uint32_t v, uint32_t tri) { hits.push_back(uint64_t{v} << 32 | tri); });
-    std::sort(hits.begin(), hits.end());
-    for (std::size_t i = 0; i < hits.size(); ++i) {
-      const auto v = static_cast<uint32_t>(hits[i] >> 32);
-      if (i > 0 && v == static_cast<uint32_t>(hits[i - 1] >> 32)) continue;
-      out->push_back({m.vertices()[v], static_cast<uint32_t>(hits[i])});
-    }
-    return;
-  }
-  struct Marks {
-    std::vector<uint32_t> stamp;  // == call: the vertex is out->at(slot)
-    std::vector<uint32_t> slot;
-    uint32_t call = 0;
-  };
-  thread_local Marks marks;
-  if (marks.stamp.size() < n_vertices) {
-    marks.stamp.assign(n_vertices, 0);
-    marks.slot.resize(n_vertices);
-  }
-  if (++marks.call == 0) {  // wrapped: no stale stamp may equal a new call
-    std::fill(marks.stamp.begin(), marks.stamp.end(), 0);
-    marks.call = 1;
-  }
-  ForVerticesInBox(part, box, [&](uint32_t v, uint32_t tri) {
-    if (marks.stamp[v] != marks.call) {
-      marks.stamp[v] = marks.call;
-      marks.slot[v] = static_cast<uint32_t>(out->size());
-      out->push_back({m.vertices()[v], tri});
-    } else {
-      uint32_t& held = (*out)[marks.slot[v]].tri;
-      held = std::min(held, tri);
-    }
-  });
-}
+}  // namespace internal
+
+namespace {
 
 // The point of the segment [a, b] nearest to p.
 Vec3 NearestOnSegment(const Vec3& p, const Vec3& a, const Vec3& b) {
@@ -213,15 +177,14 @@ void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other
 }
 
 // P's vertices inside Q's box (X_PQ: Q's pose in P): candidates that may lie inside Q.
-std::vector<Candidate> VertexCandidates(const Part& p, const Part& q, const RigidTransform& X_PQ,
-                                        const internal::DepthOptions& options) {
+std::vector<Candidate> VertexCandidates(const Part& p, const Part& q, const RigidTransform& X_PQ) {
   std::vector<Candidate> out;
   // Arvo's box is exact up to rounding: grow it by far more than that.
   Aabb box_q = q.bounds().Transformed(X_PQ);
   const double magnitude =
       std::max(box_q.min.cwiseAbs().maxCoeff(), box_q.max.cwiseAbs().maxCoeff());
   box_q = box_q.Inflated(1e-9 * (box_q.Diagonal() + magnitude) + 1e-12);
-  VerticesInBox(p, box_q, options.max_stamped_vertices, &out);
+  internal::VerticesInBox(p, box_q, &out);
   return out;
 }
 
@@ -509,13 +472,13 @@ PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, co
     const std::size_t samples = tol.max_depth_samples;
     std::size_t vertices_b = 0, vertices_a = 0;  // kept (of b inside a, of a inside b)
     if (a_closed && samples > 0) {
-      std::vector<Candidate> v = VertexCandidates(b, a, X_BA, options);
+      std::vector<Candidate> v = VertexCandidates(b, a, X_BA);
       Subsample(samples, &v, &sampled);
       vertices_b = v.size();
       search(v, true);
     }
     if (b_closed && samples > 0 && !decided()) {
-      std::vector<Candidate> v = VertexCandidates(a, b, X_AB, options);
+      std::vector<Candidate> v = VertexCandidates(a, b, X_AB);
       Subsample(samples, &v, &sampled);
       vertices_a = v.size();
       search(v, false);

@@ -63,10 +63,12 @@ struct DepthOptions {
   /// sides of the segments, not only on the side that enters the other part: more points, the
   /// same depths (what the tests check).
   bool both_sides = false;
-  /// Vertices in the other part's box are deduplicated by a per-thread stamp array (8 bytes
-  /// per vertex) for parts of at most this many vertices, by a sort for larger ones.
-  std::size_t max_stamped_vertices = std::size_t{1} << 20;
 };
+
+/// Appends the part's vertices inside `box` (part frame), each once, with the smallest
+/// triangle id that holds it, in the order a depth-first walk of the hierarchy first meets
+/// them (leaf order: neighbours come in runs, which DeepestInside's bounds use).
+void VerticesInBox(const Part& part, const Aabb& box, std::vector<DepthCandidate>* out);
 
 /// ClassifyPair with the given depth options (ClassifyPair uses the defaults).
 [[nodiscard]] PairClassification ClassifyPairWith(const Part& a, const RigidTransform& X_WA,

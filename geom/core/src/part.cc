@@ -1,6 +1,7 @@
 #include "clash/geom/part.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 namespace clash::geom {
@@ -64,10 +65,20 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
   // triangles [b, e) are the contiguous range [first_new[b], first_new[e]); a node's other
   // vertices are those below first_new[b] that its triangles share with earlier ones. Fitting
   // a box on that set, not on three corners per triangle, projects each vertex about once.
+  // A corner is its vertex's first use when the vertex is numbered past every earlier one.
   std::vector<uint32_t> first_new(m.num_triangles() + 1, 0);
+  part->first_uses_.assign(m.num_triangles(), 0);
   for (std::size_t s = 0; s < m.num_triangles(); ++s) {
     const auto& t = m.triangles()[s];
-    first_new[s + 1] = std::max({first_new[s], t[0] + 1, t[1] + 1, t[2] + 1});
+    uint32_t next = first_new[s];
+    for (int c = 0; c < 3; ++c) {
+      assert(t[c] <= next);  // numbered by first use
+      if (t[c] == next) {
+        part->first_uses_[s] |= static_cast<uint8_t>(1u << c);
+        next = t[c] + 1;
+      }
+    }
+    first_new[s + 1] = next;
   }
 
   part->nodes_.resize(count);
@@ -127,7 +138,7 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
   st.sah_cost = topo.sah_cost;
   st.memory_bytes = m.MemoryBytes() + part->nodes_.capacity() * sizeof(BvhNode) +
                     part->rotations_.capacity() * sizeof(Eigen::Matrix3f) +
-                    part->ray_bvh_.MemoryBytes();
+                    part->first_uses_.capacity() + part->ray_bvh_.MemoryBytes();
   return std::shared_ptr<const Part>(std::move(part));
 }
 

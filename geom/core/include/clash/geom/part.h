@@ -98,11 +98,17 @@ class Part {
   [[nodiscard]] const Aabb& bounds() const { return mesh_.bounds(); }
   /// A vertex guaranteed to be on the mesh (for containment tests).
   [[nodiscard]] const Vec3& AnyVertex() const { return mesh_.vertices()[mesh_.triangles()[0][0]]; }
+  /// Per triangle, bit c set when corner c is its vertex's first use: every vertex has exactly
+  /// one, on the smallest triangle id that uses it (the mesh numbers vertices by first use).
+  /// A walk over leaves that looks only at these corners meets each vertex once, in the leaf
+  /// whose box is sure to hold it.
+  [[nodiscard]] const std::vector<uint8_t>& first_uses() const { return first_uses_; }
 
  private:
   TriangleMesh mesh_;
   std::vector<BvhNode> nodes_;
   std::vector<Eigen::Matrix3f> rotations_;
+  std::vector<uint8_t> first_uses_;
   RayBvh ray_bvh_;
   PartStats stats_;
 };
