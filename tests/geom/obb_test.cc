@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -175,6 +176,28 @@ TEST(Obb, FitOnAxesContainsPoints) {
   }
   Aabb bounds = b.Bounds();
   for (int i = 0; i < 8; ++i) EXPECT_TRUE(bounds.Inflated(1e-12).Contains(b.Corner(i)));
+}
+
+// ObbOnAxesFit gives FitObbOnAxes's box to the bit for the same points in any order and with
+// repeats, given the same reference point (FitObbOnAxes's is its first point).
+TEST(Obb, FitOneAtATimeIsTheSameToTheBit) {
+  auto rng = SeededRng(34);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<Vec3> pts;
+    for (int i = 0; i < 50; ++i) pts.push_back(RandomPoint(rng, 4, RandomPoint(rng, 1e6)));
+    const Mat3 axes = RandomRotation(rng);
+    const Obb want = FitObbOnAxes(pts, axes);
+    ObbOnAxesFit fit(pts[0], axes);
+    std::vector<Vec3> shuffled = pts;
+    for (int i = 0; i < 30; ++i) {
+      shuffled.push_back(pts[static_cast<std::size_t>(Uniform(rng, 0, 49.99))]);
+    }
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    fit.Add(shuffled);
+    const Obb got = fit.Box();
+    EXPECT_TRUE(got.center == want.center && got.half == want.half && got.axes == want.axes)
+        << "trial " << trial;
+  }
 }
 
 }  // namespace

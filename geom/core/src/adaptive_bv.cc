@@ -117,17 +117,4 @@ AdaptiveBox ChooseFittedBox(const Obb& fitted, const Aabb& aabb, const AdaptiveB
   return r;
 }
 
-AdaptiveBox ChooseBox(std::span<const Vec3> points, const PrincipalFrame& frame, const Aabb& aabb,
-                      const AdaptiveBvOptions& options) {
-  AdaptiveBox r;
-  if (TakesAabb(frame, options) || points.empty()) {
-    r.box = Obb::FromAabb(aabb);
-    r.aabb_volume = aabb.Volume();
-  } else {
-    r = ChooseFittedBox(FitObbOnAxes(points, frame.axes), aabb, options);
-  }
-  r.angle_rad = MisalignmentAngle(frame, options.eigen_tie_relative);
-  return r;
-}
-
 }  // namespace clash::geom

@@ -14,7 +14,9 @@ namespace {
 // The split search works on single-precision copies of the boxes and centroids, taken
 // relative to the centre of all boxes (so a part far from the origin keeps its relative
 // precision), four lanes per point (x, y, z, unused). Single precision only steers the SAH
-// choice: node boxes are computed exactly, in double precision, once the tree is built.
+// choice: node boxes are computed exactly, in double precision, once the tree is built. Where
+// it cannot tell centroids apart (a cluster finer than ~1e-7 of the whole set) or its areas
+// overflow (extents beyond ~1e19), the range gets no SAH split and is split at the median.
 struct alignas(16) BoxF {
   __m128 lo, hi;
 };
@@ -50,9 +52,10 @@ inline void AddPoint(BoxF& to, __m128 p) {
   to.lo = _mm_min_ps(to.lo, p);
   to.hi = _mm_max_ps(to.hi, p);
 }
-// Half the surface area of a box that holds a point (lane 3 ignored).
+// Half the surface area of a box (lane 3 ignored), a negative size (an empty or inverted
+// box) counting as 0, so such a primitive box never makes a cost negative.
 inline float HalfAreaF(const BoxF& b) {
-  const __m128 s = _mm_sub_ps(b.hi, b.lo);
+  const __m128 s = _mm_max_ps(_mm_sub_ps(b.hi, b.lo), _mm_setzero_ps());
   const __m128 p = _mm_mul_ps(s, _mm_shuffle_ps(s, s, _MM_SHUFFLE(3, 0, 2, 1)));  // xy yz zx
   const __m128 xy_yz = _mm_add_ss(p, _mm_shuffle_ps(p, p, _MM_SHUFFLE(1, 1, 1, 1)));
   return _mm_cvtss_f32(_mm_add_ss(xy_yz, _mm_movehl_ps(p, p)));
@@ -99,7 +102,7 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
   out.nodes.emplace_back();
   uint32_t* prims = out.prims.data();
   std::vector<Task> stack;
-  stack.reserve(static_cast<std::size_t>(options.max_depth) + 2);
+  stack.reserve(static_cast<std::size_t>(std::max(options.max_depth, 0)) + 2);
   stack.push_back({root_c.lo, root_c.hi, 0, 0, n, 0});
   Bin bin_data[3 * kMaxBins];
   float right_area[kMaxBins];
@@ -183,8 +186,6 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
           AddBox(acc, kb[i].box);
           cnt += kb[i].count;
           if (right_count[i + 1] == 0) break;  // so are all further right
-          // Both sides hold primitives, so neither box is empty (an empty primitive box
-          // would give an infinite or NaN cost, never chosen).
           const float cost = HalfAreaF(acc) * static_cast<float>(cnt) +
                              right_area[i + 1] * static_cast<float>(right_count[i + 1]);
           if (cost < best_cost) {

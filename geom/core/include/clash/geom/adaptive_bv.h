@@ -81,7 +81,6 @@ struct AreaMoments {
 struct AdaptiveBox {
   Obb box;                 ///< The chosen box (axes == identity for an AABB).
   bool is_obb = false;     ///< Which kind was chosen.
-  double angle_rad = 0.0;  ///< MisalignmentAngle of the set.
   double aabb_volume = 0;  ///< Volume of the tight AABB (for statistics).
 };
 
@@ -97,14 +96,9 @@ inline constexpr double kVolumePadRelative = 1e-3;
 /// True when the rule takes the axis-aligned box without fitting an OBB.
 [[nodiscard]] bool TakesAabb(const PrincipalFrame& frame, const AdaptiveBvOptions& options);
 
-/// Applies the rule to `points` (the vertices of the triangles whose principal frame is
-/// `frame`) with their tight AABB.
-[[nodiscard]] AdaptiveBox ChooseBox(std::span<const Vec3> points, const PrincipalFrame& frame,
-                                    const Aabb& aabb, const AdaptiveBvOptions& options);
-
-/// The rule's last step for a set that TakesAabb sends to an OBB: `fitted` (the set's box on
-/// its principal axes) unless, in adaptive mode, it is not materially smaller than the set's
-/// tight AABB. angle_rad is left 0 (ChooseBox fills it).
+/// The rule's last step for a set whose TakesAabb is false: `fitted` (the set's box on its
+/// principal axes) unless, in adaptive mode, it is not materially smaller than the set's tight
+/// AABB (volume above obb_volume_ratio of the AABB's), in which case the AABB.
 [[nodiscard]] AdaptiveBox ChooseFittedBox(const Obb& fitted, const Aabb& aabb,
                                           const AdaptiveBvOptions& options);
 
