@@ -100,7 +100,7 @@ struct PrincipalFrame {
 /// same points, in any order and with repeats, is the same to the last bit.
 class ObbOnAxesFit {
  public:
-  ObbOnAxesFit(const Vec3& ref, const Mat3& axes) : ref_(ref), axes_(axes), at_(axes.transpose()) {}
+  ObbOnAxesFit(const Vec3& ref, const Mat3& axes) : ref_(ref), at_(axes.transpose()) {}
   /// Adds a point.
   void Add(const Vec3& p) {
     const Vec3 q = at_ * (p - ref_);
@@ -113,12 +113,13 @@ class ObbOnAxesFit {
   }
   /// The box of the points added (at least one; ref must be one of them).
   [[nodiscard]] Obb Box() const {
-    return {ref_ + axes_ * (0.5 * (lo_ + hi_)), axes_, 0.5 * (hi_ - lo_)};
+    const Mat3 axes = at_.transpose();  // exact
+    return {ref_ + axes * (0.5 * (lo_ + hi_)), axes, 0.5 * (hi_ - lo_)};
   }
 
  private:
   Vec3 ref_;
-  Mat3 axes_, at_;
+  Mat3 at_;  // the axes as rows
   Vec3 lo_ = Vec3::Constant(std::numeric_limits<double>::infinity());
   Vec3 hi_ = Vec3::Constant(-std::numeric_limits<double>::infinity());
 };
