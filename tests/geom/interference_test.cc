@@ -601,6 +601,7 @@ TEST(ClassifyPair, DepthForTheClassOnlyKeepsTheClassAndTheDepthsThatMatter) {
   auto rng = SeededRng(909);
   const int trials = Trials(300, 30);
   int below = 0, within = 0, above = 0, above_cap = 0, not_crossing = 0, decided_by_vertex = 0;
+  int sampled_crossing = 0;
   for (int i = 0; i < trials; ++i) {
     PartPtr a, b;
     const RigidTransform X_WA = RandomPose(rng, 50);
@@ -616,7 +617,10 @@ TEST(ClassifyPair, DepthForTheClassOnlyKeepsTheClassAndTheDepthsThatMatter) {
       X_WB = X_WA * RigidTransform{RandomRotation(rng), RandomPoint(rng, 5)};
     }
     PairTolerances tol = Tol(std::pow(10.0, Uniform(rng, -2, 0.5)), i % 5 == 0 ? 2.0 : 0.0);
+    // Few samples: both searches sample their candidates, and must keep the same ones.
+    if (i % 4 == 3) tol.max_depth_samples = 8 + i % 40;
     const PairClassification full = ClassifyPair(*a, X_WA, *b, X_WB, tol);
+    sampled_crossing += i % 4 == 3 && full.intersecting_pairs > 0;
     // No cap, a cap near the full depth (either side of it), or one anywhere up to 4 mm.
     const double cap = i % 3 == 0   ? 0.0
                        : i % 3 == 1 ? full.depth_mm * Uniform(rng, 0.7, 1.3)
@@ -669,6 +673,7 @@ TEST(ClassifyPair, DepthForTheClassOnlyKeepsTheClassAndTheDepthsThatMatter) {
   RecordProperty("above_cap", above_cap);
   RecordProperty("not_crossing", not_crossing);
   RecordProperty("decided_by_vertex", decided_by_vertex);
+  RecordProperty("sampled_crossing", sampled_crossing);
   // Not vacuous: every regime occurs.
   EXPECT_GE(decided_by_vertex, std::max(1, trials / 30));
   EXPECT_GE(below, std::max(1, trials / 30));
@@ -676,6 +681,7 @@ TEST(ClassifyPair, DepthForTheClassOnlyKeepsTheClassAndTheDepthsThatMatter) {
   EXPECT_GE(above, trials / 5);
   EXPECT_GE(above_cap, std::max(1, trials / 30));
   EXPECT_GE(not_crossing, std::max(1, trials / 30));
+  EXPECT_GE(sampled_crossing, std::max(1, trials / 10));
 }
 
 // A part of two solids, the small one given inside out, classifies like the part given

@@ -34,6 +34,16 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 using internal::DeepestPoint;
 using Candidate = internal::DepthCandidate;
 
+// Distance bounds are sums of rounded distances: DeepestInside grows them by far more than
+// their rounding, so that no candidate is skipped, nor searched too narrowly, because of it.
+constexpr double kBoundSlack = 1e-9;
+
+// Whether a candidate whose distance to the other surface is at most `bound` cannot be deeper
+// than `depth` (DeepestInside skips it without a search).
+bool BoundBelow(double bound, double depth) {
+  return bound * (1.0 + kBoundSlack) + kBoundSlack < depth;
+}
+
 // An intersection segment on triangle `tri` of P (P frame), crossing triangle `other`.
 struct Crossing {
   uint32_t tri, other;
@@ -105,10 +115,11 @@ Vec3 NearestOnSegment(const Vec3& p, const Vec3& a, const Vec3& b) {
 // P's frame). Each segment lies on the other part's surface, so a point's distance to the
 // nearest one bounds its distance to that surface; and the straight way from the point to it
 // crosses no other segment (that crossing would be nearer), so the point is inside the other
-// part only if that side is.
+// part only if that side is. Points whose bound cannot exceed `floor` are left out, but
+// counted in *made with the others.
 void LatticePoints(const Part& part, std::span<const Crossing> crossings,
-                   std::span<const Vec3> other_normals, bool both_sides,
-                   std::vector<Candidate>* out) {
+                   std::span<const Vec3> other_normals, bool both_sides, double floor,
+                   std::vector<Candidate>* out, std::size_t* made) {
   const uint32_t tri = crossings.front().tri;
   const Triangle t = part.mesh().triangle(tri);
   for (int i = 0; i <= kLattice; ++i) {
@@ -132,7 +143,9 @@ void LatticePoints(const Part& part, std::span<const Crossing> crossings,
       if (!both_sides && n.dot(to_nearest) > 1e-9 * n.norm() * std::sqrt(bound2)) {
         continue;  // outside there
       }
-      out->push_back({p, tri, std::sqrt(bound2)});
+      const double bound = std::sqrt(bound2);
+      ++*made;
+      if (!BoundBelow(bound, floor)) out->push_back({p, tri, bound});
     }
   }
 }
@@ -142,9 +155,11 @@ void LatticePoints(const Part& part, std::span<const Crossing> crossings,
 // (against `other_normal`, the outward normal of the crossed triangle in P's frame; both sides
 // when the triangle is square to it). The other side leaves the other part there: it can only
 // be inside it again beyond another crossing of this triangle, whose points come from that
-// crossing.
+// crossing. Points whose bound cannot exceed `floor` are left out, but counted in *made with
+// the others.
 void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other_normal,
-                          double min_offset, bool both_sides, std::vector<Candidate>* out) {
+                          double min_offset, bool both_sides, double floor,
+                          std::vector<Candidate>* out, std::size_t* made) {
   const Triangle t = part.mesh().triangle(x.tri);
   const double longest = std::sqrt(
       std::max({(t.b - t.a).squaredNorm(), (t.c - t.b).squaredNorm(), (t.a - t.c).squaredNorm()}));
@@ -163,15 +178,22 @@ void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other
     }
   }
   const double normal_length = other_normal.norm();
+  // A point at offset s is at most s from mid (the projection onto the triangle, which holds
+  // mid, does not move them apart), up to rounding, which this allowance far exceeds.
+  const double rounding = 1e-6 * (mid.cwiseAbs().maxCoeff() + longest);
   for (int d = 0; d < n_dirs; ++d) {
     if (!both_sides && other_normal.dot(dirs[d]) > 1e-9 * normal_length) {
       continue;  // leaves the other part
     }
     double s = 0.5 * longest;
     for (int k = 0; k < kMaxHalvings && (k == 0 || s >= min_offset); ++k, s *= 0.5) {
+      ++*made;
+      // Below the floor, so are the nearer ones: only counted.
+      if (BoundBelow(s + rounding, floor)) continue;
       // mid lies on the other surface: the candidate is at most its distance from it.
       const Vec3 p = ClosestPointOnTriangle(mid + s * dirs[d], t);
-      out->push_back({p, x.tri, (p - mid).norm()});
+      const double bound = (p - mid).norm();
+      if (!BoundBelow(bound, floor)) out->push_back({p, x.tri, bound});
     }
   }
 }
@@ -188,11 +210,14 @@ std::vector<Candidate> VertexCandidates(const Part& p, const Part& q, const Rigi
   return out;
 }
 
-// The lattice and beside points of P's crossings with Q (X_PQ: Q's pose in P).
+// The lattice and beside points of P's crossings with Q (X_PQ: Q's pose in P), but those whose
+// bound cannot exceed `floor` (DeepestInside would skip them); *made counts them all.
 std::vector<Candidate> CrossingCandidates(const Part& p, const Part& q, const RigidTransform& X_PQ,
                                           const std::vector<Crossing>& crossings, double contact,
-                                          const internal::DepthOptions& options) {
+                                          double floor, const internal::DepthOptions& options,
+                                          std::size_t* made) {
   std::vector<Candidate> out;
+  *made = 0;
   // Lattice and beside points per crossing, at most (a vertex-like crossing has 3 directions).
   constexpr std::size_t kLatticePoints = (kLattice + 1) * (kLattice + 2) / 2 - 3;
   out.reserve(crossings.size() * (kLatticePoints + 3 * kMaxHalvings));
@@ -205,11 +230,12 @@ std::vector<Candidate> CrossingCandidates(const Part& p, const Part& q, const Ri
   for (std::size_t i = 0, j = 0; i < crossings.size(); i = j) {
     while (j < crossings.size() && crossings[j].tri == crossings[i].tri) ++j;
     LatticePoints(p, std::span(crossings).subspan(i, j - i),
-                  std::span<const Vec3>(other_normals).subspan(i, j - i), options.both_sides, &out);
+                  std::span<const Vec3>(other_normals).subspan(i, j - i), options.both_sides, floor,
+                  &out, made);
   }
   for (std::size_t i = 0; i < crossings.size(); ++i) {
     PointsBesideCrossing(p, crossings[i], other_normals[i], 0.5 * contact, options.both_sides,
-                         &out);
+                         floor, &out, made);
   }
   return out;
 }
@@ -261,9 +287,6 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
                                      const RigidTransform& X_WP, const Part& q,
                                      const RigidTransform& X_WQ, const DeepestPoint* to_beat,
                                      double floor, double stop_above) {
-  // Bounds are sums of rounded distances: grown by far more than their rounding, so that no
-  // candidate is skipped, nor searched too narrowly, because of it.
-  constexpr double kBoundSlack = 1e-9;
   DeepestPoint best;
   // The depth a candidate must exceed: the best so far, at least the on-surface distance and
   // `to_beat`'s depth. A candidate as deep as the best (or as `to_beat`, while none is found)
@@ -293,12 +316,12 @@ DeepestPoint internal::DeepestInside(std::span<const DepthCandidate> candidates,
     const Vec3 p_QC = X_QP * c.p_P;
     if (!q.bounds().Contains(p_QC)) continue;
     // A candidate's own bound (beside a crossing) below the depth to beat: skipped at once.
-    if (c.bound * (1.0 + kBoundSlack) + kBoundSlack < beat) continue;
+    if (BoundBelow(c.bound, beat)) continue;
     double upper = c.bound;
     if (have_anchor) {
       const double separation = (p_QC - anchor).norm();
       // The open ball about an outside anchor holds no surface: a candidate in it is outside.
-      if (anchor_outside && separation * (1.0 + kBoundSlack) + kBoundSlack < anchor_distance) {
+      if (anchor_outside && BoundBelow(separation, anchor_distance)) {
         continue;
       }
       upper = std::min(upper, anchor_distance + separation);
@@ -496,15 +519,23 @@ PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, co
         return u.tri != v.tri ? u.tri < v.tri : u.other < v.other;
       };
       std::sort(on_b.begin(), on_b.end(), by_triangles);
+      // The candidates that can be deeper than the floor, `keep` at most. When they all make
+      // more than that, the stride takes its sample from all of them, as the full search does,
+      // so that both keep the same points (and the same class).
+      auto crossing_candidates = [&](const Part& p, const Part& q, const RigidTransform& X_PQ,
+                                     const std::vector<Crossing>& on_p, std::size_t keep) {
+        std::size_t made = 0;
+        std::vector<Candidate> c =
+            CrossingCandidates(p, q, X_PQ, on_p, contact, floor, options, &made);
+        if (made > keep) c = CrossingCandidates(p, q, X_PQ, on_p, contact, 0.0, options, &made);
+        Subsample(keep, &c, &sampled);
+        return c;
+      };
       if (a_closed && samples > 0) {
-        std::vector<Candidate> c = CrossingCandidates(b, a, X_BA, on_b, contact, options);
-        Subsample(samples - vertices_b, &c, &sampled);
-        search(c, true);
+        search(crossing_candidates(b, a, X_BA, on_b, samples - vertices_b), true);
       }
       if (b_closed && samples > 0 && !decided()) {
-        std::vector<Candidate> c = CrossingCandidates(a, b, X_AB, on_a, contact, options);
-        Subsample(samples - vertices_a, &c, &sampled);
-        search(c, false);
+        search(crossing_candidates(a, b, X_AB, on_a, samples - vertices_a), false);
       }
     }
     r.intersecting_pairs = x.pairs.size();
