@@ -50,18 +50,16 @@ struct Crossing {
   Vec3 p0, p1;
 };
 
-// Whether node n's box may overlap `box` (P frame): exact for an AABB node; for an OBB node the
-// six face axes of the separating-axis test, not the nine edge-edge axes (they seldom separate
-// a box from an axis-aligned one, and the callers test the vertices themselves), at about a
-// third of the cost.
-bool NodeOverlapsBox(const Part& part, const BvhNode& n, const Aabb& box) {
-  const Vec3 t = n.center - box.Center();
-  const Vec3 a = box.HalfExtents();
-  if (!n.IsObb()) return (t.cwiseAbs() - n.half - a).maxCoeff() <= 0.0;
-  const Mat3 R = part.NodeAxes(n);  // columns: the node's axes
-  const Mat3 abs_R = R.cwiseAbs();
-  if ((t.cwiseAbs() - abs_R * n.half - a).maxCoeff() > 0.0) return false;
-  return ((R.transpose() * t).cwiseAbs() - abs_R.transpose() * a - n.half).maxCoeff() <= 0.0;
+// Whether inner node n's box may overlap `box` (P frame): exact for an AABB node; an OBB node
+// by the sphere about its box (no rotation to apply: the separating-axis test, even on the six
+// face axes only, cost more than it saved, and the leaves' vertices are tested anyway). The
+// sphere's radius |half| is grown by far more than the box's axes, orthonormal only to ~1e-7
+// (single precision), can hide.
+bool InnerNodeMayOverlapBox(const BvhNode& n, const Aabb& box) {
+  const Vec3 gap = (n.center - box.Center()).cwiseAbs() - box.HalfExtents();
+  if (!n.IsObb()) return (gap - n.half).maxCoeff() <= 0.0;
+  const double radius = n.half.norm() + 1e-6 * (n.half.sum() + 1.0);
+  return gap.cwiseMax(0.0).squaredNorm() <= radius * radius;
 }
 
 }  // namespace
@@ -70,9 +68,10 @@ namespace internal {
 
 // Each vertex is looked at once, at its first use (Part::first_uses): on the smallest triangle
 // that holds it, in the one leaf that is sure to be reached when the vertex is inside the box
-// (its box and its ancestors' hold the vertex, and the node test never culls a box that shares
-// a point with `box`). The walk visits leaves in triangle order, so the list comes in the order
-// the walk first meets the vertices.
+// (its ancestors' boxes hold the vertex, and the node test never culls a box that shares a
+// point with `box`). A leaf is not tested itself: its few first-use vertices cost less to test
+// than its box. The walk visits leaves in triangle order, so the list comes in the order the
+// walk first meets the vertices.
 void VerticesInBox(const Part& part, const Aabb& box, std::vector<DepthCandidate>* out) {
   const auto& N = part.nodes();
   const TriangleMesh& m = part.mesh();
@@ -81,8 +80,8 @@ void VerticesInBox(const Part& part, const Aabb& box, std::vector<DepthCandidate
   while (!stack.empty()) {
     const BvhNode& n = N[stack.back()];
     stack.pop_back();
-    if (!NodeOverlapsBox(part, n, box)) continue;
     if (!n.IsLeaf()) {
+      if (!InnerNodeMayOverlapBox(n, box)) continue;
       stack.push_back(n.index + 1);
       stack.push_back(n.index);
       continue;
