@@ -128,12 +128,13 @@ void ExpectWitnessesValid(const Part& a, const RigidTransform& X_WA, const Part&
 
 // Oracle: the vertices in a box, each once with the smallest triangle that holds it, against
 // every corner of every triangle; listed in triangle order (the walk's leaf order). Parts of
-// every kind of node (blobs, soups, boxes of flat faces), rotated, some 1e6 from the origin,
-// and boxes from a single vertex (zero size: the vertex's leaf is reached only through the
-// nodes' margins) to the whole part.
+// every kind of node (blobs, soups, boxes of flat faces; inner OBB nodes, tested by their
+// spheres, in most), rotated, some 1e6 from the origin, and boxes from a single vertex (zero
+// size: the vertex's first-use leaf is reached only through the inner nodes' margins) to the
+// whole part.
 TEST(VerticesInBox, AgreesWithEveryCorner) {
   auto rng = SeededRng(77);
-  int single = 0, partial = 0;
+  int single = 0, partial = 0, inner_obb = 0;
   const int trials = Trials(120, 24);
   for (int i = 0; i < trials; ++i) {
     RawMesh raw = i % 3 == 0   ? MakeBlob(rng, 8, 10, 14, 0.3)
@@ -141,6 +142,8 @@ TEST(VerticesInBox, AgreesWithEveryCorner) {
                                : MakeSubdividedBox(Vec3(5, 3, 2), 6);
     raw = raw.Transformed({RandomRotation(rng), RandomPoint(rng, i % 4 == 3 ? 1e6 : 50)});
     const PartPtr part = raw.Part();
+    inner_obb += std::any_of(part->nodes().begin(), part->nodes().end(),
+                             [](const BvhNode& n) { return !n.IsLeaf() && n.IsObb(); });
     const TriangleMesh& m = part->mesh();
     const Vec3 c = m.vertices()[static_cast<std::size_t>(Uniform(rng, 0, 0.999) *
                                                          static_cast<double>(m.vertices().size()))];
@@ -175,6 +178,7 @@ TEST(VerticesInBox, AgreesWithEveryCorner) {
   }
   EXPECT_GE(single, trials / 6);
   EXPECT_GT(partial, trials / 2);
+  EXPECT_GT(inner_obb, trials / 2);
 }
 
 // Every vertex has exactly one first-use corner, on the smallest triangle that uses it.
@@ -617,7 +621,7 @@ TEST(ClassifyPair, DepthForTheClassOnlyKeepsTheClassAndTheDepthsThatMatter) {
       X_WB = X_WA * RigidTransform{RandomRotation(rng), RandomPoint(rng, 5)};
     }
     PairTolerances tol = Tol(std::pow(10.0, Uniform(rng, -2, 0.5)), i % 5 == 0 ? 2.0 : 0.0);
-    // Few samples: both searches sample their candidates, and must keep the same ones.
+    // Few samples (11-47): both searches sample their candidates, and must keep the same ones.
     if (i % 4 == 3) tol.max_depth_samples = 8 + i % 40;
     const PairClassification full = ClassifyPair(*a, X_WA, *b, X_WB, tol);
     sampled_crossing += i % 4 == 3 && full.intersecting_pairs > 0;

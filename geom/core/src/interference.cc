@@ -155,9 +155,9 @@ void LatticePoints(const Part& part, std::span<const Crossing> crossings,
 // when the triangle is square to it). The other side leaves the other part there: it can only
 // be inside it again beyond another crossing of this triangle, whose points come from that
 // crossing. Points whose bound cannot exceed `floor` are left out, but counted in *made with
-// the others.
+// the others; `rounding` bounds how far the segment may lie off the triangle by rounding.
 void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other_normal,
-                          double min_offset, bool both_sides, double floor,
+                          double min_offset, bool both_sides, double floor, double rounding,
                           std::vector<Candidate>* out, std::size_t* made) {
   const Triangle t = part.mesh().triangle(x.tri);
   const double longest = std::sqrt(
@@ -177,9 +177,6 @@ void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other
     }
   }
   const double normal_length = other_normal.norm();
-  // A point at offset s is at most s from mid (the projection onto the triangle, which holds
-  // mid, does not move them apart), up to rounding, which this allowance far exceeds.
-  const double rounding = 1e-6 * (mid.cwiseAbs().maxCoeff() + longest);
   for (int d = 0; d < n_dirs; ++d) {
     if (!both_sides && other_normal.dot(dirs[d]) > 1e-9 * normal_length) {
       continue;  // leaves the other part
@@ -187,7 +184,9 @@ void PointsBesideCrossing(const Part& part, const Crossing& x, const Vec3& other
     double s = 0.5 * longest;
     for (int k = 0; k < kMaxHalvings && (k == 0 || s >= min_offset); ++k, s *= 0.5) {
       ++*made;
-      // Below the floor, so are the nearer ones: only counted.
+      // The point is at most s from mid's projection onto the triangle (projecting onto it moves
+      // no two points apart), which is within rounding of mid: below the floor, as are the
+      // nearer ones, it is only counted.
       if (BoundBelow(s + rounding, floor)) continue;
       // mid lies on the other surface: the candidate is at most its distance from it.
       const Vec3 p = ClosestPointOnTriangle(mid + s * dirs[d], t);
@@ -211,9 +210,11 @@ std::vector<Candidate> VertexCandidates(const Part& p, const Part& q, const Rigi
 
 // The lattice and beside points of P's crossings with Q (X_PQ: Q's pose in P), but those whose
 // bound cannot exceed `floor` (DeepestInside would skip them); *made counts them all.
+// `rounding` bounds the rounding of the crossings' coordinates.
 std::vector<Candidate> CrossingCandidates(const Part& p, const Part& q, const RigidTransform& X_PQ,
                                           const std::vector<Crossing>& crossings, double contact,
-                                          double floor, const internal::DepthOptions& options,
+                                          double floor, double rounding,
+                                          const internal::DepthOptions& options,
                                           std::size_t* made) {
   std::vector<Candidate> out;
   *made = 0;
@@ -234,7 +235,7 @@ std::vector<Candidate> CrossingCandidates(const Part& p, const Part& q, const Ri
   }
   for (std::size_t i = 0; i < crossings.size(); ++i) {
     PointsBesideCrossing(p, crossings[i], other_normals[i], 0.5 * contact, options.both_sides,
-                         floor, &out, made);
+                         floor, rounding, &out, made);
   }
   return out;
 }
@@ -521,12 +522,27 @@ PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, co
       // The candidates that can be deeper than the floor, `keep` at most. When they all make
       // more than that, the stride takes its sample from all of them, as the full search does,
       // so that both keep the same points (and the same class).
+      // The crossings' coordinates took a way through the world frame: far less than 1e-12 of
+      // the magnitudes involved is rounding.
+      auto magnitude = [](const Part& part) {
+        const Aabb& bb = part.bounds();
+        return bb.Diagonal() + std::max(bb.min.cwiseAbs().maxCoeff(), bb.max.cwiseAbs().maxCoeff());
+      };
+      const double rounding =
+          kOnSurfaceRelative * (magnitude(a) + magnitude(b) + X_WA.t.norm() + X_WB.t.norm());
       auto crossing_candidates = [&](const Part& p, const Part& q, const RigidTransform& X_PQ,
                                      const std::vector<Crossing>& on_p, std::size_t keep) {
         std::size_t made = 0;
         std::vector<Candidate> c =
-            CrossingCandidates(p, q, X_PQ, on_p, contact, floor, options, &made);
-        if (made > keep) c = CrossingCandidates(p, q, X_PQ, on_p, contact, 0.0, options, &made);
+            CrossingCandidates(p, q, X_PQ, on_p, contact, floor, rounding, options, &made);
+        if (made > keep) {
+          sampled = true;
+          if (keep == 0) return std::vector<Candidate>();
+          // Some were left out (never in the full search, whose floor is 0): all of them.
+          if (c.size() < made) {
+            c = CrossingCandidates(p, q, X_PQ, on_p, contact, 0.0, rounding, options, &made);
+          }
+        }
         Subsample(keep, &c, &sampled);
         return c;
       };

@@ -62,8 +62,9 @@
 // Depth for the class only (PairTolerances::depth_cap_mm finite): a caller that needs the
 // class, not the full depth (a plugin dragging a part), lets step 1 look only for candidates
 // deeper than 0.75 τ (the others cannot change the class or the uncertain flag; lattice and
-// segment points whose bound is below it are not even made, unless the points together exceed
-// max_depth_samples, when the sample is taken as in the full search) and stop at its first
+// segment points whose bound is below it are not even made, unless a side's points together
+// exceed what its vertices leave of max_depth_samples, when the sample is taken as in the full
+// search) and stop at its first
 // candidate deeper than max(1.25 τ, depth_cap_mm), skipping the searches that remain.
 // Its FindIntersections stops at the first crossing pair; the other pairs (up to
 // max_witness_pairs) are collected only when no vertex decides, so a class-only answer decided
