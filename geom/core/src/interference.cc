@@ -44,6 +44,12 @@ bool BoundBelow(double bound, double depth) {
   return bound * (1.0 + kBoundSlack) + kBoundSlack < depth;
 }
 
+// The size and distance from the origin of a box's coordinates, which their rounding scales
+// with.
+double CoordinateMagnitude(const Aabb& b) {
+  return b.Diagonal() + std::max(b.min.cwiseAbs().maxCoeff(), b.max.cwiseAbs().maxCoeff());
+}
+
 // An intersection segment on triangle `tri` of P (P frame), crossing triangle `other`.
 struct Crossing {
   uint32_t tri, other;
@@ -52,13 +58,12 @@ struct Crossing {
 
 // Whether inner node n's box may overlap `box` (P frame): exact for an AABB node; an OBB node
 // by the sphere about its box (no rotation to apply: the separating-axis test, even on the six
-// face axes only, cost more than it saved, and the leaves' vertices are tested anyway). The
-// sphere's radius |half| is grown by far more than the box's axes, orthonormal only to ~1e-7
-// (single precision), can hide.
+// face axes only, cost more than it saved, and the leaves' vertices are tested anyway), its
+// radius |half| grown as OBB nodes are where a bound must hold.
 bool InnerNodeMayOverlapBox(const BvhNode& n, const Aabb& box) {
   const Vec3 gap = (n.center - box.Center()).cwiseAbs() - box.HalfExtents();
   if (!n.IsObb()) return (gap - n.half).maxCoeff() <= 0.0;
-  const double radius = n.half.norm() + 1e-6 * (n.half.sum() + 1.0);
+  const double radius = n.half.norm() + internal::kObbGrowRelative * (n.half.sum() + 1.0);
   return gap.cwiseMax(0.0).squaredNorm() <= radius * radius;
 }
 
@@ -201,9 +206,7 @@ std::vector<Candidate> VertexCandidates(const Part& p, const Part& q, const Rigi
   std::vector<Candidate> out;
   // Arvo's box is exact up to rounding: grow it by far more than that.
   Aabb box_q = q.bounds().Transformed(X_PQ);
-  const double magnitude =
-      std::max(box_q.min.cwiseAbs().maxCoeff(), box_q.max.cwiseAbs().maxCoeff());
-  box_q = box_q.Inflated(1e-9 * (box_q.Diagonal() + magnitude) + 1e-12);
+  box_q = box_q.Inflated(1e-9 * CoordinateMagnitude(box_q) + 1e-12);
   internal::VerticesInBox(p, box_q, &out);
   return out;
 }
@@ -264,11 +267,7 @@ bool NearContact(double value, double contact) {
 
 double internal::OnSurfaceDistance(const Part& q, const RigidTransform& X_WP,
                                    const RigidTransform& X_WQ) {
-  const Aabb& b = q.bounds();
-  const double magnitude = b.Diagonal() +
-                           std::max(b.min.cwiseAbs().maxCoeff(), b.max.cwiseAbs().maxCoeff()) +
-                           X_WP.t.norm() + X_WQ.t.norm();
-  return kOnSurfaceRelative * magnitude;
+  return kOnSurfaceRelative * (CoordinateMagnitude(q.bounds()) + X_WP.t.norm() + X_WQ.t.norm());
 }
 
 // Equal depths go to the lexicographically smallest point (world), so the answer does not
@@ -519,17 +518,14 @@ PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, co
         return u.tri != v.tri ? u.tri < v.tri : u.other < v.other;
       };
       std::sort(on_b.begin(), on_b.end(), by_triangles);
+      // The crossings' coordinates took a way through the world frame: far less than 1e-12 of
+      // the magnitudes involved is rounding.
+      const double rounding =
+          kOnSurfaceRelative * (CoordinateMagnitude(a.bounds()) + CoordinateMagnitude(b.bounds()) +
+                                X_WA.t.norm() + X_WB.t.norm());
       // The candidates that can be deeper than the floor, `keep` at most. When they all make
       // more than that, the stride takes its sample from all of them, as the full search does,
       // so that both keep the same points (and the same class).
-      // The crossings' coordinates took a way through the world frame: far less than 1e-12 of
-      // the magnitudes involved is rounding.
-      auto magnitude = [](const Part& part) {
-        const Aabb& bb = part.bounds();
-        return bb.Diagonal() + std::max(bb.min.cwiseAbs().maxCoeff(), bb.max.cwiseAbs().maxCoeff());
-      };
-      const double rounding =
-          kOnSurfaceRelative * (magnitude(a) + magnitude(b) + X_WA.t.norm() + X_WB.t.norm());
       auto crossing_candidates = [&](const Part& p, const Part& q, const RigidTransform& X_PQ,
                                      const std::vector<Crossing>& on_p, std::size_t keep) {
         std::size_t made = 0;

@@ -27,9 +27,7 @@ constexpr int kNodeStack = 64;
 // Added to |R| in the separating-axis test so that near-parallel edge pairs, whose cross
 // product is nearly zero, cannot produce a false separation from rounding.
 constexpr double kSatEpsilon = 1e-12;
-// Growth of OBB node boxes, relative to their size, in the motion bounds (FreeTranslation,
-// FreeScrew): far above the ~1e-7 by which their single-precision axes are not orthonormal.
-constexpr double kObbGrowRelative = 1e-6;
+using internal::kObbGrowRelative;
 
 // The pose of part b's frame in part a's frame, shared by every node test of one query.
 struct PairFrame {
