@@ -15,8 +15,10 @@
 
 namespace clash::server {
 
-absl::Status StoreImportedAssembly(const cad::ImportedAssembly& assembly, const ImportFacts& facts,
-                                   PartStore& parts, v1::ImportCadResponse* response) {
+absl::Status StoreImportedAssembly(
+    const cad::ImportedAssembly& assembly, const ImportFacts& facts, PartStore& parts,
+    absl::FunctionRef<absl::Status(std::uint64_t bytes)> reserve_storage,
+    v1::ImportCadResponse* response) {
   const absl::Status complete = cad::CheckImportComplete(assembly);
   if (facts.strict && !complete.ok()) return complete;
 
@@ -98,7 +100,16 @@ absl::Status StoreImportedAssembly(const cad::ImportedAssembly& assembly, const 
     return absl::InvalidArgumentError("mesh: no part of the file has usable triangles");
   }
 
-  // 3. Stored: the parts (identical parts share an id: listed once), then the assembly.
+  // 3. Room on disk for what is written below: each new part once (parts already stored
+  // write nothing), and the assembly with the report's last two fields, set below.
+  std::uint64_t bytes = out.ByteSizeLong() + 32;
+  std::set<std::string> counted;
+  for (const auto& p : prepared) {
+    if (p && counted.insert(p->entry->info.part_id()).second) bytes += p->bytes.size();
+  }
+  CLASH_RETURN_IF_ERROR(reserve_storage(bytes));
+
+  // 4. Stored: the parts (identical parts share an id: listed once), then the assembly.
   std::set<std::string> listed;
   uint64_t triangles = 0;
   for (std::size_t i = 0; i < prepared.size(); ++i) {

@@ -2,8 +2,10 @@
 // all or nothing when the import is refused.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "clash/cad/assembly.h"
@@ -31,8 +33,12 @@ struct ImportFacts {
 /// stop it halfway, after which the parts written are whole, content-addressed and reused by
 /// the next import of the same file. Without strict, parts whose triangles are all degenerate
 /// and instances whose placement is not a rigid motion are left out with a warning.
-[[nodiscard]] absl::Status StoreImportedAssembly(const cad::ImportedAssembly& assembly,
-                                                 const ImportFacts& facts, PartStore& parts,
-                                                 v1::ImportCadResponse* response);
+/// `reserve_storage(bytes)` is called once, after those checks and before the first write,
+/// with the bytes the import is about to write (new parts and the assembly); an error from it
+/// (the tenant's storage quota) refuses the import with nothing stored.
+[[nodiscard]] absl::Status StoreImportedAssembly(
+    const cad::ImportedAssembly& assembly, const ImportFacts& facts, PartStore& parts,
+    absl::FunctionRef<absl::Status(std::uint64_t bytes)> reserve_storage,
+    v1::ImportCadResponse* response);
 
 }  // namespace clash::server

@@ -135,6 +135,8 @@ struct QuerySlot {
 // Instance paths and names: at most 64 KiB each (a scene's file is read back with a cap, so
 // acknowledged edits must not grow it without bound).
 constexpr std::size_t kMaxInstanceTextBytes = 64 * 1024;
+// What an upload of unannounced size sets aside of its tenant's storage quota at a time.
+constexpr std::uint64_t kUploadStorageStep = std::uint64_t{4} << 20;
 
 absl::Status CheckInstanceText(const char* what, const std::string& text) {
   if (text.size() > kMaxInstanceTextBytes) {
@@ -280,7 +282,9 @@ struct ClashServer::Impl {
           return absl::InvalidArgumentError(
               "vertices_mm and triangles must hold 3 values per vertex and per triangle");
         }
-        CLASH_RETURN_IF_ERROR(t.CheckStorage(request->ByteSizeLong()).status());
+        // Held while the part is built and written (its file is about the request's size).
+        CLASH_ASSIGN_OR_RETURN(Tenant::StorageReservation room,
+                               t.ReserveStorage(request->ByteSizeLong()));
         // Welding and the hierarchy (up to --max-part-triangles) are query-sized CPU work: they
         // take a query slot, so that uploads cannot oversubscribe the cores.
         const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, impl_->config.max_query_seconds));
@@ -842,7 +846,9 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
     return CancelledByClient(ctx);
   };
   CLASH_ASSIGN_OR_RETURN(Tenant::ImportTicket ticket, t.StartImport());
-  CLASH_ASSIGN_OR_RETURN(const std::uint64_t storage_left, t.CheckStorage(0));
+  // The upload's bytes are set aside as they come (all at once when the header announces
+  // them), so that uploads running at once cannot together pass the tenant's quota.
+  CLASH_ASSIGN_OR_RETURN(Tenant::StorageReservation upload_room, t.ReserveStorage(0));
   CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, import_limiter.Acquire(stop));
 
   v1::ImportCadRequest msg;
@@ -860,9 +866,10 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
                                                      " bytes is above the upload limit of ",
                                                      config.max_upload_bytes));
   }
-  if (header.size_bytes() > storage_left) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("file of ", header.size_bytes(), " bytes is above the tenant's free storage"));
+  if (const absl::Status room = upload_room.Grow(header.size_bytes()); !room.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("file of ", header.size_bytes(),
+                                                     " bytes is above the tenant's free storage (",
+                                                     room.message(), ")"));
   }
   cad::TessellationOptions options;
   const v1::TessellationOptions& tess = header.tessellation();
@@ -903,8 +910,16 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
         return absl::ResourceExhaustedError(
             absl::StrCat("upload is above the limit of ", config.max_upload_bytes, " bytes"));
       }
-      if (total > storage_left) {
-        return absl::ResourceExhaustedError("upload is above the tenant's free storage");
+      if (msg.chunk().size() > upload_room.held()) {
+        // A size not announced: set aside a step ahead (fewer walks of the tenant's folder),
+        // or just the chunk when the step does not fit.
+        const std::uint64_t need = msg.chunk().size() - upload_room.held();
+        if (!upload_room.Grow(std::max<std::uint64_t>(need, kUploadStorageStep)).ok()) {
+          if (const absl::Status room = upload_room.Grow(need); !room.ok()) {
+            return absl::ResourceExhaustedError(
+                absl::StrCat("upload is above the tenant's free storage (", room.message(), ")"));
+          }
+        }
       }
       const char* p = msg.chunk().data();
       std::size_t left = msg.chunk().size();
@@ -915,6 +930,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
         p += n;
         left -= static_cast<std::size_t>(n);
       }
+      upload_room.Written(msg.chunk().size());
       CLASH_RETURN_IF_ERROR(stop());
     }
     {
@@ -958,7 +974,16 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   facts.strict = header.strict();
   facts.options = options;
   facts.start = start;
-  return StoreImportedAssembly(imported->assembly, facts, t.parts(), response);
+  // The parts and the assembly are set aside before the first is written (and held until
+  // they all are): an import that would pass the quota stores nothing.
+  Tenant::StorageReservation output_room;
+  return StoreImportedAssembly(
+      imported->assembly, facts, t.parts(),
+      [&](std::uint64_t bytes) -> absl::Status {
+        CLASH_ASSIGN_OR_RETURN(output_room, t.ReserveStorage(bytes));
+        return absl::OkStatus();
+      },
+      response);
 }
 
 absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConfig& config) {

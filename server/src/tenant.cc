@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <limits>
 #include <system_error>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "auth.h"
@@ -48,16 +49,60 @@ std::uint64_t Tenant::StorageBytes() const {
   return total;
 }
 
+absl::StatusOr<std::uint64_t> Tenant::FreeStorage(std::uint64_t more) const {
+  const std::uint64_t used = StorageBytes();
+  if (used + reserved_ + more > limits_.max_storage_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "storage quota of tenant '", name_, "': ", used, " of ", limits_.max_storage_bytes,
+        " bytes used",
+        reserved_ > 0 ? absl::StrCat(", ", reserved_, " set aside for writes in progress") : "",
+        ", ", more, " more requested"));
+  }
+  return limits_.max_storage_bytes - used - reserved_ - more;
+}
+
 absl::StatusOr<std::uint64_t> Tenant::CheckStorage(std::uint64_t more) const {
   if (limits_.max_storage_bytes == 0) return std::numeric_limits<std::uint64_t>::max();
-  const std::uint64_t used = StorageBytes();
-  if (used + more > limits_.max_storage_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("storage quota of tenant '", name_,
-                                                     "': ", used, " of ", limits_.max_storage_bytes,
-                                                     " bytes used, ", more, " more requested"));
-  }
-  return limits_.max_storage_bytes - used - more;
+  std::lock_guard lock(storage_mu_);
+  return FreeStorage(more);
 }
+
+absl::StatusOr<Tenant::StorageReservation> Tenant::ReserveStorage(std::uint64_t bytes) {
+  StorageReservation out;
+  if (limits_.max_storage_bytes == 0) return out;
+  out.tenant_ = this;
+  CLASH_RETURN_IF_ERROR(out.Grow(bytes));
+  return out;
+}
+
+Tenant::StorageReservation& Tenant::StorageReservation::operator=(
+    StorageReservation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    tenant_ = std::exchange(other.tenant_, nullptr);
+    held_ = std::exchange(other.held_, 0);
+  }
+  return *this;
+}
+
+absl::Status Tenant::StorageReservation::Grow(std::uint64_t more) {
+  if (tenant_ == nullptr) return absl::OkStatus();
+  std::lock_guard lock(tenant_->storage_mu_);
+  CLASH_RETURN_IF_ERROR(tenant_->FreeStorage(more).status());
+  tenant_->reserved_ += more;
+  held_ += more;
+  return absl::OkStatus();
+}
+
+void Tenant::StorageReservation::Written(std::uint64_t n) {
+  if (tenant_ == nullptr) return;
+  n = std::min(n, held_);
+  std::lock_guard lock(tenant_->storage_mu_);
+  tenant_->reserved_ -= n;
+  held_ -= n;
+}
+
+void Tenant::StorageReservation::Release() { Written(held_); }
 
 absl::StatusOr<WorkLimiter::Permit> Tenant::TakeTicket(std::optional<WorkLimiter>& limiter,
                                                        int limit, const char* what) {

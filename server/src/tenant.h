@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "clash/cad/import_cache.h"
@@ -49,9 +50,44 @@ class Tenant {
 
   /// Bytes the tenant's folder holds now (a walk of the folder, done only for writes).
   [[nodiscard]] std::uint64_t StorageBytes() const;
-  /// RESOURCE_EXHAUSTED when adding `more` bytes would pass the storage quota; returns the
+  /// RESOURCE_EXHAUSTED when adding `more` bytes would pass the storage quota, counting the
+  /// bytes on disk and those other writes have set aside (StorageReservation); returns the
   /// bytes still free (UINT64_MAX without a quota).
   [[nodiscard]] absl::StatusOr<std::uint64_t> CheckStorage(std::uint64_t more) const;
+
+  /// Bytes of the storage quota set aside for a write in progress (an upload, an import's
+  /// parts), so that writes running at once cannot together pass the quota that each was
+  /// checked against alone. The bytes are held until marked written (they are then on disk,
+  /// where the quota counts them) or until the reservation is destroyed. A write's bytes may
+  /// count twice for a moment (on disk and still held): the quota may refuse a little early,
+  /// never let a write past it. Empty, and free, without a quota. Move-only; must not outlive
+  /// its tenant (tenants stay open while the server runs).
+  class StorageReservation {
+   public:
+    StorageReservation() = default;
+    StorageReservation(StorageReservation&& other) noexcept { *this = std::move(other); }
+    StorageReservation& operator=(StorageReservation&& other) noexcept;
+    StorageReservation(const StorageReservation&) = delete;
+    StorageReservation& operator=(const StorageReservation&) = delete;
+    ~StorageReservation() { Release(); }
+
+    /// Bytes still held.
+    [[nodiscard]] std::uint64_t held() const { return held_; }
+    /// Sets aside `more` bytes besides those held: RESOURCE_EXHAUSTED (nothing more held) when
+    /// they would pass the quota.
+    [[nodiscard]] absl::Status Grow(std::uint64_t more);
+    /// `n` of the bytes held are now written: no longer held (at most held()).
+    void Written(std::uint64_t n);
+
+   private:
+    friend class Tenant;
+    void Release();
+    Tenant* tenant_ = nullptr;
+    std::uint64_t held_ = 0;
+  };
+  /// Sets aside `bytes` of the storage quota: RESOURCE_EXHAUSTED when they would pass it (as
+  /// CheckStorage). The reservation can grow as a write of unknown size goes on.
+  [[nodiscard]] absl::StatusOr<StorageReservation> ReserveStorage(std::uint64_t bytes);
 
   /// Held while an import of this tenant runs (empty without a limit).
   using ImportTicket = WorkLimiter::Permit;
@@ -66,6 +102,8 @@ class Tenant {
   friend class TenantRegistry;
   // A ticket of `limiter` (none without a limit): RESOURCE_EXHAUSTED at once, naming `limit`
   // and `what`, when the tenant holds all of them.
+  // The bytes free after `more` (with a quota, under storage_mu_), or RESOURCE_EXHAUSTED.
+  absl::StatusOr<std::uint64_t> FreeStorage(std::uint64_t more) const;
   absl::StatusOr<WorkLimiter::Permit> TakeTicket(std::optional<WorkLimiter>& limiter, int limit,
                                                  const char* what);
   Tenant(std::string name, std::string dir, const TenantLimits& limits)
@@ -85,6 +123,9 @@ class Tenant {
   std::optional<cad::ImportCache> import_cache_;
   std::optional<WorkLimiter> imports_;
   std::optional<WorkLimiter> queries_;
+  // Serialises the quota's checks and reservations (a check walks the folder under it).
+  mutable std::mutex storage_mu_;
+  std::uint64_t reserved_ = 0;  // bytes set aside by StorageReservations, under storage_mu_
   std::mutex bucket_mu_;
   double tokens_ = 0;
   std::chrono::steady_clock::time_point refilled_{};

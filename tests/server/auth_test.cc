@@ -4,14 +4,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "clash/cad/import_cache.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tenant.h"
 #include "testing/temp_dir.h"
@@ -20,6 +23,15 @@ namespace clash::server {
 namespace {
 
 std::string HashHex(const std::string& token) { return cad::Sha256Hex(token); }
+
+// Writes a file of `bytes` bytes at `path`.
+void WriteBlob(const std::string& path, std::size_t bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  const std::string blob(bytes, 'x');
+  std::fwrite(blob.data(), 1, blob.size(), f);
+  std::fclose(f);
+}
 
 TEST(TokenTable, MapsTokensToTenantsAndNothingElse) {
   const std::string text = absl::StrCat("# comment\n\n", HashHex("alpha-token"), " team-a\n", "  ",
@@ -178,16 +190,56 @@ TEST_F(TenantTest, StorageQuotaCountsTheTenantsFiles) {
   const std::uint64_t empty = t->StorageBytes();
   EXPECT_LT(empty, 10'000u);
   EXPECT_TRUE(t->CheckStorage(50'000).ok());
-  {
-    std::FILE* f = std::fopen((t->tmp_dir() + "/blob").c_str(), "wb");
-    ASSERT_NE(f, nullptr);
-    const std::string blob(80'000, 'x');
-    std::fwrite(blob.data(), 1, blob.size(), f);
-    std::fclose(f);
-  }
+  WriteBlob(t->tmp_dir() + "/blob", 80'000);
   EXPECT_EQ(t->StorageBytes(), empty + 80'000);
   EXPECT_EQ(t->CheckStorage(50'000).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE((*registry.Get("b"))->CheckStorage(50'000).ok());
+}
+
+// Reservations of writes in progress count against the quota with the files on disk: what
+// one holds, another cannot take; written bytes are no longer held; a reservation that ends
+// gives its bytes back; moved, it holds them once.
+TEST_F(TenantTest, StorageReservationsOfWritesAtOnceShareTheQuota) {
+  TenantLimits limits;
+  limits.max_storage_bytes = 100'000;
+  TenantRegistry registry(dir_, 1000, limits);
+  std::shared_ptr<Tenant> t = *registry.Get("a");
+  const std::uint64_t empty = t->StorageBytes();
+  ASSERT_LT(empty, 5'000u);
+  absl::StatusOr<Tenant::StorageReservation> r1 = t->ReserveStorage(60'000);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(r1->held(), 60'000u);
+  const absl::StatusOr<Tenant::StorageReservation> r2 = t->ReserveStorage(60'000);
+  EXPECT_EQ(r2.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(r2.status().message()),
+              ::testing::HasSubstr("60000 set aside for writes in progress"));
+  EXPECT_EQ(t->CheckStorage(50'000).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(r1->Grow(50'000).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(r1->held(), 60'000u);  // a refused growth holds nothing more
+  EXPECT_TRUE(r1->Grow(30'000).ok());
+  EXPECT_EQ(r1->held(), 90'000u);
+  // 30 kB written: on disk now, no longer held.
+  WriteBlob(t->tmp_dir() + "/part", 30'000);
+  r1->Written(30'000);
+  EXPECT_EQ(r1->held(), 60'000u);
+  const std::uint64_t left = 100'000 - empty - 30'000 - 60'000;
+  EXPECT_EQ(*t->CheckStorage(0), left);
+  EXPECT_EQ(t->CheckStorage(left + 1).status().code(), absl::StatusCode::kResourceExhausted);
+  {
+    Tenant::StorageReservation moved = std::move(*r1);
+    EXPECT_EQ(r1->held(), 0u);
+    EXPECT_EQ(moved.held(), 60'000u);
+    EXPECT_EQ(*t->CheckStorage(0), left);  // held once
+  }
+  EXPECT_EQ(*t->CheckStorage(0), left + 60'000);  // given back
+  EXPECT_TRUE(t->ReserveStorage(60'000).ok());
+  // Another tenant's quota is its own; without a quota nothing is held or refused.
+  EXPECT_TRUE((*registry.Get("b"))->ReserveStorage(90'000).ok());
+  TenantRegistry free_registry(dir_ + "/free", 1000, TenantLimits{});
+  absl::StatusOr<Tenant::StorageReservation> any =
+      (*free_registry.Get("a"))->ReserveStorage(std::uint64_t{1} << 60);
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ(any->held(), 0u);
 }
 
 TEST_F(TenantTest, ConcurrentImportsAreCounted) {

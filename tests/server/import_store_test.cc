@@ -7,7 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +63,16 @@ cad::AssemblyInstance Mirrored(const std::string& path, int part) {
   return inst;
 }
 
+// A block and two identical pins (two part definitions of the same content), one instance each.
+cad::ImportedAssembly BlockAndTwoPins() {
+  cad::ImportedAssembly a;
+  a.roots_total = a.roots_transferred = 1;
+  a.parts = {Box("block", 10, 20, 30), Box("pin", 2, 2, 8), Box("pin-again", 2, 2, 8)};
+  a.instances = {Instance("top/block_1", 0), Instance("top/pin_1", 1, 3),
+                 Instance("top/pin_2", 2, 6)};
+  return a;
+}
+
 class ImportStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -77,15 +89,39 @@ class ImportStoreTest : public ::testing::Test {
     store_ = std::move(*store);
   }
 
+  // Stores with a storage reservation that grants `room` bytes (the default: any); the bytes
+  // asked for are in reserved_ (-1: never asked).
   absl::Status Store(const cad::ImportedAssembly& assembly, bool strict,
-                     v1::ImportCadResponse* response = nullptr) {
+                     v1::ImportCadResponse* response = nullptr,
+                     std::int64_t room = std::numeric_limits<std::int64_t>::max(),
+                     const std::string& cache_key = std::string(64, 'b')) {
     ImportFacts facts;
     facts.file_name = "made.step";
     facts.sha256 = std::string(64, 'a');
-    facts.cache_key = std::string(64, 'b');
+    facts.cache_key = cache_key;
     facts.strict = strict;
     v1::ImportCadResponse ignored;
-    return StoreImportedAssembly(assembly, facts, *store_, response ? response : &ignored);
+    reserved_ = -1;
+    return StoreImportedAssembly(
+        assembly, facts, *store_,
+        [&](std::uint64_t bytes) {
+          EXPECT_EQ(reserved_, -1) << "asked twice";
+          reserved_ = static_cast<std::int64_t>(bytes);
+          return reserved_ <= room ? absl::OkStatus()
+                                   : absl::ResourceExhaustedError("storage quota (test)");
+        },
+        response ? response : &ignored);
+  }
+
+  // Bytes of the files in the store's parts/ and assemblies/ folders.
+  std::int64_t BytesStored() const {
+    std::int64_t n = 0;
+    for (const char* sub : {"/parts", "/assemblies"}) {
+      for (const auto& e : std::filesystem::directory_iterator(dir_ + sub)) {
+        if (e.is_regular_file()) n += static_cast<std::int64_t>(e.file_size());
+      }
+    }
+    return n;
   }
 
   // Files in the store's parts/ and assemblies/ folders, and the ids it lists (after a reopen,
@@ -105,14 +141,41 @@ class ImportStoreTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<PartStore> store_;
+  std::int64_t reserved_ = -1;
 };
 
+// The storage reservation is asked once, before anything is written, for what the import then
+// writes (each new part once, the assembly); refused, nothing is stored. A second import of
+// the same parts asks only for its assembly.
+TEST_F(ImportStoreTest, AsksTheStorageQuotaForWhatItWritesBeforeWriting) {
+  const cad::ImportedAssembly a = BlockAndTwoPins();
+  EXPECT_THAT(Store(a, /*strict=*/true, nullptr, /*room=*/100),
+              StatusIs(absl::StatusCode::kResourceExhausted, "storage quota (test)"));
+  EXPECT_GT(reserved_, 100);
+  EXPECT_EQ(FilesStored(), 0u);
+  EXPECT_THAT(IdsAfterReopen(), ::testing::IsEmpty());
+
+  ASSERT_THAT(Store(a, /*strict=*/true), IsOk());
+  const std::int64_t written = BytesStored();
+  EXPECT_EQ(FilesStored(), 3u);  // two parts (the identical pins once) and the assembly
+  // Enough for what was written, and not much more (the pin counted once).
+  EXPECT_GE(reserved_, written);
+  EXPECT_LE(reserved_, written + 64);
+
+  // The same parts again, under another cache key: only the new assembly is written.
+  cad::ImportedAssembly b = a;
+  b.instances.pop_back();
+  ASSERT_THAT(Store(b, /*strict=*/true, nullptr, std::numeric_limits<std::int64_t>::max(),
+                    std::string(64, 'd')),
+              IsOk());
+  const std::int64_t asked = reserved_;
+  EXPECT_EQ(FilesStored(), 4u);
+  EXPECT_GE(asked, BytesStored() - written);
+  EXPECT_LE(asked, BytesStored() - written + 64);
+}
+
 TEST_F(ImportStoreTest, StoresThePartsAndTheAssembly) {
-  cad::ImportedAssembly a;
-  a.roots_total = a.roots_transferred = 1;
-  a.parts = {Box("block", 10, 20, 30), Box("pin", 2, 2, 8), Box("pin-again", 2, 2, 8)};
-  a.instances = {Instance("top/block_1", 0), Instance("top/pin_1", 1, 3),
-                 Instance("top/pin_2", 2, 6)};
+  const cad::ImportedAssembly a = BlockAndTwoPins();
   v1::ImportCadResponse r;
   ASSERT_THAT(Store(a, /*strict=*/true, &r), IsOk());
   // Identical parts share an id: listed and counted once.

@@ -2436,6 +2436,73 @@ TEST_F(ServerTest, GroupNamesOfAddedInstancesAreChecked) {
   EXPECT_THAT(client_->AddInstances(req).status(), IsOk());
 }
 
+// Uploads running at once share the tenant's storage quota: each sets its bytes aside (all at
+// once when its header announces them, else as its chunks come), so two uploads that each fit
+// alone cannot together pass it. Before, each was checked against the space free when it
+// started.
+TEST_F(ServerTest, UploadsAtOnceShareTheStorageQuota) {
+  ServerConfig config;
+  config.tenant_max_storage_bytes = 1'000'000;
+  config.import_slots = 2;
+  Restart(config);
+  auto stub = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  // The first upload announces 600 kB and stays open after its first 100 kB.
+  grpc::ClientContext first_ctx;
+  v1::ImportCadResponse first_resp;
+  auto first = stub->ImportCad(&first_ctx, &first_resp);
+  v1::ImportCadRequest header;
+  header.mutable_header()->set_file_name("big.step");
+  header.mutable_header()->set_size_bytes(600'000);
+  ASSERT_TRUE(first->Write(header));
+  v1::ImportCadRequest chunk;
+  chunk.set_chunk(std::string(100'000, 'x'));
+  ASSERT_TRUE(first->Write(chunk));
+  // A second announcing as much is refused once the server has read the first's header.
+  const auto second_upload = [&](uint64_t announced, int chunks) {
+    grpc::ClientContext ctx;
+    v1::ImportCadResponse resp;
+    auto second = stub->ImportCad(&ctx, &resp);
+    v1::ImportCadRequest h;
+    h.mutable_header()->set_file_name("second.step");
+    h.mutable_header()->set_size_bytes(announced);
+    second->Write(h);
+    for (int i = 0; i < chunks; ++i) {
+      if (!second->Write(chunk)) break;
+    }
+    second->WritesDone();
+    return second->Finish();
+  };
+  grpc::Status refused;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    refused = second_upload(600'000, 0);
+    if (refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              ::testing::HasSubstr("file of 600000 bytes is above the tenant's free storage"));
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("set aside for writes in progress"));
+  // Unannounced, it is cut off when its chunks pass what the first leaves.
+  const grpc::Status cut = second_upload(0, 5);
+  EXPECT_EQ(cut.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << cut.error_message();
+  EXPECT_THAT(cut.error_message(),
+              ::testing::HasSubstr("upload is above the tenant's free storage"));
+  // What fits beside the first is admitted (and fails on its size only).
+  const grpc::Status fits = second_upload(300'000, 1);
+  EXPECT_EQ(fits.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << fits.error_message();
+  EXPECT_THAT(fits.error_message(), ::testing::HasSubstr("the header announced 300000"));
+  // With the first gone, its room is free again.
+  first_ctx.TryCancel();
+  first->Finish();
+  grpc::Status after;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    after = second_upload(600'000, 1);
+    if (after.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(after.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << after.error_message();
+}
+
 // A tenant over its storage quota cannot grow a scene (new instances, groups) but can still
 // move, disable and remove instances and delete scenes, which free space or keep it.
 TEST_F(ServerTest, ATenantOverItsQuotaCanStillFreeSpace) {
