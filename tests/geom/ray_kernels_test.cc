@@ -141,5 +141,44 @@ TEST(RayKernel, DirectedRoundingToFloat) {
   EXPECT_GT(moved_up, 5000);
 }
 
+// FloatBelow and FloatAbove (the per-ray bounds of the box test) bound x from below and above
+// over their domains, within four units of the directed roundings (a few 2^-22 of |x|, or
+// 2^-139 near zero); they land exactly on RoundDown / RoundUp's answer only sometimes.
+TEST(RayKernel, LooseFloatBoundsBoundAndStayClose) {
+  auto rng = SeededRng(313);
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::uniform_int_distribution<int> exponent(-160, 127);
+  constexpr double kFltMax = std::numeric_limits<float>::max();
+  std::vector<double> xs = {0.0,    -0.0,   1.0,     -1.0,    1e-45,
+                            -1e-45, 1e-300, -1e-300, kFltMax, -kFltMax};
+  for (int i = 0; i < 20000; ++i) {
+    const double x = std::ldexp(mantissa(rng), exponent(rng)) * (i % 2 ? -1 : 1);
+    if (std::abs(x) > kFltMax) continue;
+    xs.push_back(x);
+    xs.push_back(static_cast<float>(x));  // exactly a float
+  }
+  int exact_down = 0, exact_up = 0;
+  for (double x : xs) {
+    const double lo = internal::FloatBelow(x), hi = internal::FloatAbove(x);
+    ASSERT_LE(lo, x) << x;
+    ASSERT_GE(hi, x) << x;
+    const double slack = std::abs(x) * 0x1p-21 + 0x1p-139;
+    // (Within 2^-22 of FLT_MAX the margin leaves the float range: +-inf, still a bound.)
+    if (std::abs(x) < kFltMax * (1 - 0x1p-21)) {
+      ASSERT_GE(lo, x - slack) << x;
+      ASSERT_LE(hi, x + slack) << x;
+    }
+    exact_down += lo == static_cast<double>(internal::RoundDown(x));
+    exact_up += hi == static_cast<double>(internal::RoundUp(x));
+  }
+  // The ends of their domains, where the rounding leaves the float range.
+  EXPECT_EQ(internal::FloatBelow(-kInf), -kInf);
+  EXPECT_EQ(internal::FloatAbove(kInf), kInf);
+  EXPECT_EQ(internal::FloatBelow(-3.5e38), -kInf);
+  EXPECT_EQ(internal::FloatAbove(3.5e38), kInf);
+  EXPECT_LT(exact_down, static_cast<int>(xs.size()));
+  EXPECT_LT(exact_up, static_cast<int>(xs.size()));
+}
+
 }  // namespace
 }  // namespace clash::geom
