@@ -142,8 +142,8 @@ TEST(RayKernel, DirectedRoundingToFloat) {
 }
 
 // FloatBelow and FloatAbove (the per-ray bounds of the box test) bound x from below and above
-// over their domains, within four units of the directed roundings (a few 2^-22 of |x|, or
-// 2^-139 near zero); they land exactly on RoundDown / RoundUp's answer only sometimes.
+// over their domains, within four float steps of the directed roundings (a few 2^-22 of |x|,
+// or 2^-139 near zero); they land exactly on RoundDown / RoundUp's answer only sometimes.
 TEST(RayKernel, LooseFloatBoundsBoundAndStayClose) {
   auto rng = SeededRng(313);
   std::uniform_real_distribution<double> mantissa(1.0, 2.0);
@@ -167,6 +167,17 @@ TEST(RayKernel, LooseFloatBoundsBoundAndStayClose) {
     if (std::abs(x) < kFltMax * (1 - 0x1p-21)) {
       ASSERT_GE(lo, x - slack) << x;
       ASSERT_LE(hi, x + slack) << x;
+    }
+    // At most four float steps beyond the directed roundings (away from zero's neighbourhood,
+    // where the absolute 2^-140 takes over).
+    if (std::abs(x) >= 0x1p-116 && std::abs(x) < kFltMax * (1 - 0x1p-21)) {
+      float down = internal::RoundDown(x), up = internal::RoundUp(x);
+      for (int step = 0; step < 4; ++step) {
+        down = std::nextafter(down, -std::numeric_limits<float>::infinity());
+        up = std::nextafter(up, std::numeric_limits<float>::infinity());
+      }
+      ASSERT_GE(lo, static_cast<double>(down)) << x;
+      ASSERT_LE(hi, static_cast<double>(up)) << x;
     }
     exact_down += lo == static_cast<double>(internal::RoundDown(x));
     exact_up += hi == static_cast<double>(internal::RoundUp(x));

@@ -56,8 +56,9 @@ inline float RoundUp(double x) { return -RoundDown(-x); }
 /// A float not above x, for x in [-inf, FLT_MAX]: x lowered by 2^-22 of its magnitude and
 /// 2^-140 before rounding to nearest, more than that rounding can give back (half a unit in
 /// the last place: at most 2^-24 of the magnitude, or 2^-150 among the subnormals; the double
-/// subtraction rounds by 2^-53). Up to four units below RoundDown's answer, in a fifth of its
-/// operations: for the per-ray bounds of the box test, which only get looser (never cull more).
+/// subtraction rounds by 2^-53). At most four units below RoundDown's answer for |x| >= 2^-116
+/// (nearer zero, about 2^-140 below x), in a fifth of its operations: for the per-ray bounds
+/// of the box test, which only get looser (never cull more).
 inline float FloatBelow(double x) {
   return static_cast<float>(x - (std::abs(x) * 0x1p-22 + 0x1p-140));
 }
@@ -118,6 +119,8 @@ struct PreparedRayF {
   }
   /// A ray parameter t as a lower / upper bound in scaled single precision.
   [[nodiscard]] float Lower(double t) const { return RoundDown(t * t_scale); }
+  /// (Clamped at -FLT_MAX, FloatAbove's domain; a NaN t gives NaN, which passes no box, as a
+  /// NaN t_max lets no hit through either.)
   [[nodiscard]] float Upper(double t) const {
     return FloatAbove(std::max(t * t_scale, -static_cast<double>(FLT_MAX)));
   }

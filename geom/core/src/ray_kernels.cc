@@ -52,7 +52,7 @@ CLASH_AVX2 inline void LoadCorner(const LeafArrays& m, const uint32_t id[4], int
 // *t to the hit parameters and returns the mask of lanes hit within [t_min, t_max]; lanes with
 // a zero edge function are left out and returned in *scalar_lanes for the scalar test.
 template <int KX, int KY, int KZ>
-CLASH_AVX2 [[gnu::always_inline]] inline int Intersect4(const LeafArrays& m, const PreparedRay& r,
+[[gnu::always_inline]] CLASH_AVX2 inline int Intersect4(const LeafArrays& m, const PreparedRay& r,
                                                         const uint32_t id[4], int n, double t_max,
                                                         double t[4], int* scalar_lanes) {
   const __m256d org[3] = {_mm256_set1_pd(r.org[0]), _mm256_set1_pd(r.org[1]),
