@@ -100,8 +100,9 @@ absl::Status StoreImportedAssembly(
     return absl::InvalidArgumentError("mesh: no part of the file has usable triangles");
   }
 
-  // 3. Room on disk for what is written below: each new part once (parts already stored
-  // write nothing), and the assembly with the report's last two fields, set below.
+  // 3. Room on disk for what is written below: each new part once (parts loaded in memory
+  // write nothing; a part stored before a restart and not yet loaded is written again, and
+  // counted), and the assembly with the report's last two fields, set below.
   std::uint64_t bytes = out.ByteSizeLong() + 32;
   std::set<std::string> counted;
   for (const auto& p : prepared) {

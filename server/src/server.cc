@@ -886,10 +886,11 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   CLASH_RETURN_IF_ERROR(MakeDirs(dir));
   struct RemoveDir {
     std::string dir;
-    ~RemoveDir() {
+    void Now() const {
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
     }
+    ~RemoveDir() { Now(); }
   } remove_dir{dir};
   // Named after the user's file (sanitised), so that error messages name it.
   const std::string file = absl::StrCat(dir, "/", UploadName(header.file_name()));
@@ -911,14 +912,12 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
             absl::StrCat("upload is above the limit of ", config.max_upload_bytes, " bytes"));
       }
       if (msg.chunk().size() > upload_room.held()) {
-        // A size not announced: set aside a step ahead (fewer walks of the tenant's folder),
-        // or just the chunk when the step does not fit.
+        // A size not announced: set aside the chunk and, room permitting, a step ahead (fewer
+        // walks of the tenant's folder).
         const std::uint64_t need = msg.chunk().size() - upload_room.held();
-        if (!upload_room.Grow(std::max<std::uint64_t>(need, kUploadStorageStep)).ok()) {
-          if (const absl::Status room = upload_room.Grow(need); !room.ok()) {
-            return absl::ResourceExhaustedError(
-                absl::StrCat("upload is above the tenant's free storage (", room.message(), ")"));
-          }
+        if (const absl::Status room = upload_room.Grow(need, kUploadStorageStep); !room.ok()) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("upload is above the tenant's free storage (", room.message(), ")"));
         }
       }
       const char* p = msg.chunk().data();
@@ -947,6 +946,9 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
     }
     if (total == 0) return absl::InvalidArgumentError("read: the uploaded file is empty");
   }
+  // The file is on disk, where the quota counts it: what an unannounced upload set aside ahead
+  // is given back.
+  upload_room = Tenant::StorageReservation();
   CLASH_ASSIGN_OR_RETURN(std::string sha, cad::Sha256OfFile(file));
   if (!want_sha.empty() && want_sha != sha) {
     return absl::InvalidArgumentError("upload does not match the sha256 in its header");
@@ -962,6 +964,8 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   absl::StatusOr<cad::CachedAssemblyImport> imported =
       cad::ImportAssemblyWithCache(file, options, limits, t.import_cache(), &watch.cancel);
   watch.Stop();  // the rest is quick and never asks the client
+  // The upload is read: removed now, so that the import's parts do not need room beside it.
+  remove_dir.Now();
   if (absl::IsFailedPrecondition(imported.status())) {
     LogLine(LogLevel::kError, absl::StrCat("import worker: ", imported.status().message()));
   }

@@ -51,14 +51,15 @@ std::uint64_t Tenant::StorageBytes() const {
 
 absl::StatusOr<std::uint64_t> Tenant::FreeStorage(std::uint64_t more) const {
   const std::uint64_t used = StorageBytes();
-  if (used + reserved_ + more > limits_.max_storage_bytes) {
+  const std::uint64_t quota = limits_.max_storage_bytes;
+  // (Written so that no sum can wrap around: `more` comes from the client.)
+  if (more > quota || reserved_ > quota - more || used > quota - more - reserved_) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "storage quota of tenant '", name_, "': ", used, " of ", limits_.max_storage_bytes,
-        " bytes used",
+        "storage quota of tenant '", name_, "': ", used, " of ", quota, " bytes used",
         reserved_ > 0 ? absl::StrCat(", ", reserved_, " set aside for writes in progress") : "",
         ", ", more, " more requested"));
   }
-  return limits_.max_storage_bytes - used - reserved_ - more;
+  return quota - more - reserved_ - used;
 }
 
 absl::StatusOr<std::uint64_t> Tenant::CheckStorage(std::uint64_t more) const {
@@ -85,12 +86,13 @@ Tenant::StorageReservation& Tenant::StorageReservation::operator=(
   return *this;
 }
 
-absl::Status Tenant::StorageReservation::Grow(std::uint64_t more) {
+absl::Status Tenant::StorageReservation::Grow(std::uint64_t more, std::uint64_t want) {
   if (tenant_ == nullptr) return absl::OkStatus();
   std::lock_guard lock(tenant_->storage_mu_);
-  CLASH_RETURN_IF_ERROR(tenant_->FreeStorage(more).status());
-  tenant_->reserved_ += more;
-  held_ += more;
+  CLASH_ASSIGN_OR_RETURN(const std::uint64_t free_after, tenant_->FreeStorage(more));
+  const std::uint64_t take = more + std::min(want > more ? want - more : 0, free_after);
+  tenant_->reserved_ += take;
+  held_ += take;
   return absl::OkStatus();
 }
 

@@ -58,10 +58,11 @@ class Tenant {
   /// Bytes of the storage quota set aside for a write in progress (an upload, an import's
   /// parts), so that writes running at once cannot together pass the quota that each was
   /// checked against alone. The bytes are held until marked written (they are then on disk,
-  /// where the quota counts them) or until the reservation is destroyed. A write's bytes may
-  /// count twice for a moment (on disk and still held): the quota may refuse a little early,
-  /// never let a write past it. Empty, and free, without a quota. Move-only; must not outlive
-  /// its tenant (tenants stay open while the server runs).
+  /// where the quota counts them) or until the reservation is destroyed. Bytes written but not
+  /// yet marked so count twice (on disk and held) until they are marked or the reservation
+  /// ends (for a mesh upload and an import's parts, until the call returns): the quota may
+  /// refuse a little early, never let a write past it. Empty, and free, without a quota.
+  /// Move-only; must not outlive its tenant (tenants stay open while the server runs).
   class StorageReservation {
    public:
     StorageReservation() = default;
@@ -74,8 +75,9 @@ class Tenant {
     /// Bytes still held.
     [[nodiscard]] std::uint64_t held() const { return held_; }
     /// Sets aside `more` bytes besides those held: RESOURCE_EXHAUSTED (nothing more held) when
-    /// they would pass the quota.
-    [[nodiscard]] absl::Status Grow(std::uint64_t more);
+    /// they would pass the quota. With `want` > `more`, sets aside up to `want` when the quota
+    /// leaves room (one walk of the tenant's folder either way).
+    [[nodiscard]] absl::Status Grow(std::uint64_t more, std::uint64_t want = 0);
     /// `n` of the bytes held are now written: no longer held (at most held()).
     void Written(std::uint64_t n);
 
@@ -100,10 +102,11 @@ class Tenant {
 
  private:
   friend class TenantRegistry;
+  // The bytes free after `more` (with a quota), or RESOURCE_EXHAUSTED: walks the folder.
+  // Called with storage_mu_ held.
+  absl::StatusOr<std::uint64_t> FreeStorage(std::uint64_t more) const;
   // A ticket of `limiter` (none without a limit): RESOURCE_EXHAUSTED at once, naming `limit`
   // and `what`, when the tenant holds all of them.
-  // The bytes free after `more` (with a quota, under storage_mu_), or RESOURCE_EXHAUSTED.
-  absl::StatusOr<std::uint64_t> FreeStorage(std::uint64_t more) const;
   absl::StatusOr<WorkLimiter::Permit> TakeTicket(std::optional<WorkLimiter>& limiter, int limit,
                                                  const char* what);
   Tenant(std::string name, std::string dir, const TenantLimits& limits)

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -190,7 +191,7 @@ TEST_F(TenantTest, StorageQuotaCountsTheTenantsFiles) {
   const std::uint64_t empty = t->StorageBytes();
   EXPECT_LT(empty, 10'000u);
   EXPECT_TRUE(t->CheckStorage(50'000).ok());
-  WriteBlob(t->tmp_dir() + "/blob", 80'000);
+  ASSERT_NO_FATAL_FAILURE(WriteBlob(t->tmp_dir() + "/blob", 80'000));
   EXPECT_EQ(t->StorageBytes(), empty + 80'000);
   EXPECT_EQ(t->CheckStorage(50'000).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE((*registry.Get("b"))->CheckStorage(50'000).ok());
@@ -216,10 +217,18 @@ TEST_F(TenantTest, StorageReservationsOfWritesAtOnceShareTheQuota) {
   EXPECT_EQ(t->CheckStorage(50'000).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(r1->Grow(50'000).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(r1->held(), 60'000u);  // a refused growth holds nothing more
-  EXPECT_TRUE(r1->Grow(30'000).ok());
+  // 10 kB and up to 50 kB if there is room: all that is free (under 40 kB), not 50 kB.
+  {
+    absl::StatusOr<Tenant::StorageReservation> ahead = t->ReserveStorage(0);
+    ASSERT_TRUE(ahead.ok());
+    EXPECT_TRUE(ahead->Grow(10'000, 50'000).ok());
+    EXPECT_EQ(ahead->held(), 40'000u - empty);
+    EXPECT_EQ(ahead->Grow(1, 50'000).code(), absl::StatusCode::kResourceExhausted);
+  }
+  EXPECT_TRUE(r1->Grow(30'000, 10'000).ok());  // `want` below `more`: just `more`
   EXPECT_EQ(r1->held(), 90'000u);
   // 30 kB written: on disk now, no longer held.
-  WriteBlob(t->tmp_dir() + "/part", 30'000);
+  ASSERT_NO_FATAL_FAILURE(WriteBlob(t->tmp_dir() + "/part", 30'000));
   r1->Written(30'000);
   EXPECT_EQ(r1->held(), 60'000u);
   const std::uint64_t left = 100'000 - empty - 30'000 - 60'000;
@@ -233,6 +242,10 @@ TEST_F(TenantTest, StorageReservationsOfWritesAtOnceShareTheQuota) {
   }
   EXPECT_EQ(*t->CheckStorage(0), left + 60'000);  // given back
   EXPECT_TRUE(t->ReserveStorage(60'000).ok());
+  // Sizes from a client cannot wrap the sums around.
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_EQ(t->ReserveStorage(kMax).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(t->CheckStorage(kMax - 1000).status().code(), absl::StatusCode::kResourceExhausted);
   // Another tenant's quota is its own; without a quota nothing is held or refused.
   EXPECT_TRUE((*registry.Get("b"))->ReserveStorage(90'000).ok());
   TenantRegistry free_registry(dir_ + "/free", 1000, TenantLimits{});

@@ -2457,7 +2457,20 @@ TEST_F(ServerTest, UploadsAtOnceShareTheStorageQuota) {
   v1::ImportCadRequest chunk;
   chunk.set_chunk(std::string(100'000, 'x'));
   ASSERT_TRUE(first->Write(chunk));
-  // A second announcing as much is refused once the server has read the first's header.
+  // Once its chunk is on disk, the server has read its header and set the 600 kB aside.
+  const auto first_chunk_written = [&] {
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(dir_ + "/data/tenants", ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      std::error_code size_ec;
+      if (it->path().filename() == "big.step" && it->file_size(size_ec) == 100'000) return true;
+    }
+    return false;
+  };
+  for (int attempt = 0; attempt < 500 && !first_chunk_written(); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(first_chunk_written());
   const auto second_upload = [&](uint64_t announced, int chunks) {
     grpc::ClientContext ctx;
     v1::ImportCadResponse resp;
@@ -2472,12 +2485,8 @@ TEST_F(ServerTest, UploadsAtOnceShareTheStorageQuota) {
     second->WritesDone();
     return second->Finish();
   };
-  grpc::Status refused;
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    refused = second_upload(600'000, 0);
-    if (refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  // A second announcing as much is refused.
+  const grpc::Status refused = second_upload(600'000, 0);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(),
               ::testing::HasSubstr("file of 600000 bytes is above the tenant's free storage"));
