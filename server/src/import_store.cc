@@ -45,11 +45,12 @@ absl::Status StoreImportedAssembly(
   std::vector<std::optional<PartStore::Prepared>> prepared(assembly.parts.size());
   int64_t faces_total = 0;  // summed in 64 bits: each count is up to INT32_MAX
   int64_t faces_meshed = 0;
+  PartStore::PreparedHere built;  // identical part definitions are built once
   for (std::size_t i = 0; i < assembly.parts.size(); ++i) {
     const cad::AssemblyPart& p = assembly.parts[i];
     faces_total += p.mesh.faces_total;
     faces_meshed += p.mesh.faces_meshed;
-    absl::StatusOr<PartStore::Prepared> part = parts.Prepare(PartInputOf(p));
+    absl::StatusOr<PartStore::Prepared> part = parts.Prepare(PartInputOf(p), &built);
     // Only the file's fault (a part whose triangles are all degenerate) is a warning; a part
     // above the limit fails the import.
     if (!part.ok() && !absl::IsInvalidArgument(part.status())) return part.status();
@@ -100,13 +101,13 @@ absl::Status StoreImportedAssembly(
     return absl::InvalidArgumentError("mesh: no part of the file has usable triangles");
   }
 
-  // 3. Room on disk for what is written below: each new part once (parts loaded in memory
-  // write nothing; a part stored before a restart and not yet loaded is written again, and
-  // counted), and the assembly with the report's last two fields, set below.
+  // 3. Room on disk for what is written below: the new parts (a part loaded in memory, or
+  // identical to one prepared above, writes nothing; a part stored before a restart and not
+  // yet loaded is written again, and counted), and the assembly with the report's last two
+  // fields, set below.
   std::uint64_t bytes = out.ByteSizeLong() + 32;
-  std::set<std::string> counted;
   for (const auto& p : prepared) {
-    if (p && counted.insert(p->entry->info.part_id()).second) bytes += p->bytes.size();
+    if (p) bytes += p->bytes.size();
   }
   CLASH_RETURN_IF_ERROR(reserve_storage(bytes));
 

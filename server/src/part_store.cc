@@ -127,7 +127,8 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Put(const PartInput&
   return Commit(std::move(prepared));
 }
 
-absl::StatusOr<PartStore::Prepared> PartStore::Prepare(const PartInput& input) const {
+absl::StatusOr<PartStore::Prepared> PartStore::Prepare(const PartInput& input,
+                                                       PreparedHere* here) const {
   if (input.triangles.size() / 3 > max_triangles_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("part '", input.name, "' has ", input.triangles.size() / 3,
@@ -153,8 +154,16 @@ absl::StatusOr<PartStore::Prepared> PartStore::Prepare(const PartInput& input) c
       return prepared;
     }
   }
+  if (here != nullptr) {
+    if (auto it = here->find(id); it != here->end()) {
+      prepared.entry = it->second;
+      return prepared;
+    }
+  }
   // Validates the buffers (and builds the hierarchy).
+  builds_.fetch_add(1, std::memory_order_relaxed);
   CLASH_ASSIGN_OR_RETURN(prepared.entry, Build(id, stored, max_triangles_));
+  if (here != nullptr) here->emplace(id, prepared.entry);
   stored.SerializeToString(&prepared.bytes);
   return prepared;
 }
@@ -183,6 +192,7 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Get(const std::strin
             absl::StrCat("part store: ", PartPath(id), " is unreadable or damaged"));
     return absl::NotFoundError(absl::StrCat("no part ", id, " (stored file damaged)"));
   }
+  builds_.fetch_add(1, std::memory_order_relaxed);
   CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, Build(id, stored, max_triangles_));
   std::lock_guard lock(mu_);
   auto [it, inserted] = loaded_.emplace(id, entry);

@@ -2,6 +2,7 @@
 // disk, loaded into memory on first use and shared read-only by every scene and query.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -61,9 +62,14 @@ class PartStore {
     std::shared_ptr<const PartEntry> entry;  ///< What GetPart will answer once committed.
     std::string bytes;  ///< The file to write; empty when the part is stored already.
   };
+  /// The parts one caller has prepared, by id (see Prepare).
+  using PreparedHere = std::map<std::string, std::shared_ptr<const PartEntry>>;
   /// Put's checks and build, writing nothing (the same errors): an import builds all its parts
-  /// before it stores any, so that a refused import leaves none behind.
-  [[nodiscard]] absl::StatusOr<Prepared> Prepare(const PartInput& input) const;
+  /// before it stores any, so that a refused import leaves none behind. With `here`, a part of
+  /// the same content as one prepared into it before (an assembly's identical part
+  /// definitions) is not built again: it shares that entry and writes nothing.
+  [[nodiscard]] absl::StatusOr<Prepared> Prepare(const PartInput& input,
+                                                 PreparedHere* here = nullptr) const;
   /// Stores a prepared part (durably) and serves it; the entry already served when another call
   /// stored the same content first.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Commit(Prepared prepared);
@@ -85,6 +91,9 @@ class PartStore {
   /// NOT_FOUND when unknown.
   [[nodiscard]] absl::StatusOr<v1::Assembly> GetAssembly(const std::string& id) const;
 
+  /// Part hierarchies built since the store was opened (by Prepare, Put and Get).
+  [[nodiscard]] std::size_t builds() const { return builds_.load(std::memory_order_relaxed); }
+
   /// True for strings shaped like part ids ("p" + 32 lowercase hex digits).
   [[nodiscard]] static bool IsPartId(const std::string& id);
 
@@ -99,6 +108,7 @@ class PartStore {
   mutable std::mutex mu_;
   std::set<std::string> ids_;                                       // on disk
   std::map<std::string, std::shared_ptr<const PartEntry>> loaded_;  // in memory
+  mutable std::atomic<std::size_t> builds_{0};
 };
 
 }  // namespace clash::server

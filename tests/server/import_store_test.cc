@@ -178,7 +178,8 @@ TEST_F(ImportStoreTest, StoresThePartsAndTheAssembly) {
   const cad::ImportedAssembly a = BlockAndTwoPins();
   v1::ImportCadResponse r;
   ASSERT_THAT(Store(a, /*strict=*/true, &r), IsOk());
-  // Identical parts share an id: listed and counted once.
+  // Identical parts share an id: built, listed and counted once.
+  EXPECT_EQ(store_->builds(), 2u);
   ASSERT_EQ(r.parts_size(), 2);
   EXPECT_EQ(r.parts(0).name(), "block");
   EXPECT_EQ(r.assembly().report().triangles(), 24u);
