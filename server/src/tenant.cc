@@ -71,8 +71,11 @@ absl::StatusOr<std::uint64_t> Tenant::CheckStorage(std::uint64_t more) const {
 absl::StatusOr<Tenant::StorageReservation> Tenant::ReserveStorage(std::uint64_t bytes) {
   StorageReservation out;
   if (limits_.max_storage_bytes == 0) return out;
+  std::lock_guard lock(storage_mu_);
+  CLASH_RETURN_IF_ERROR(FreeStorage(bytes).status());  // even for 0 bytes: over the quota?
+  reserved_ += bytes;
   out.tenant_ = this;
-  CLASH_RETURN_IF_ERROR(out.Grow(bytes));
+  out.held_ = bytes;
   return out;
 }
 
@@ -87,7 +90,7 @@ Tenant::StorageReservation& Tenant::StorageReservation::operator=(
 }
 
 absl::Status Tenant::StorageReservation::Grow(std::uint64_t more, std::uint64_t want) {
-  if (tenant_ == nullptr) return absl::OkStatus();
+  if (tenant_ == nullptr || (more == 0 && want == 0)) return absl::OkStatus();  // no walk
   std::lock_guard lock(tenant_->storage_mu_);
   CLASH_ASSIGN_OR_RETURN(const std::uint64_t free_after, tenant_->FreeStorage(more));
   const std::uint64_t take = more + std::min(want > more ? want - more : 0, free_after);

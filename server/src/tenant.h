@@ -76,7 +76,7 @@ class Tenant {
     [[nodiscard]] std::uint64_t held() const { return held_; }
     /// Sets aside `more` bytes besides those held: RESOURCE_EXHAUSTED (nothing more held) when
     /// they would pass the quota. With `want` > `more`, sets aside up to `want` when the quota
-    /// leaves room (one walk of the tenant's folder either way).
+    /// leaves room (one walk of the tenant's folder either way; none for nothing at all).
     [[nodiscard]] absl::Status Grow(std::uint64_t more, std::uint64_t want = 0);
     /// `n` of the bytes held are now written: no longer held (at most held()).
     void Written(std::uint64_t n);

@@ -103,18 +103,28 @@ TEST(RayKernel, Avx2AndScalarAgreeBitForBit) {
   EXPECT_GT(edge_hits, 20);  // the scalar hand-off is exercised
 }
 
+// 20000 doubles of random mantissa and exponent in [min_exponent, max_exponent], alternately
+// positive and negative (seeded).
+std::vector<double> SignedDoublesAcrossExponents(uint32_t seed, int min_exponent,
+                                                 int max_exponent) {
+  auto rng = SeededRng(seed);
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::uniform_int_distribution<int> exponent(min_exponent, max_exponent);
+  std::vector<double> out;
+  for (int i = 0; i < 20000; ++i) {
+    out.push_back(std::ldexp(mantissa(rng), exponent(rng)) * (i % 2 ? -1 : 1));
+  }
+  return out;
+}
+
 // RoundDown gives the largest float not above x and RoundUp the smallest not below, on exact
 // floats, halfway cases, signed zeros, subnormals and values beyond the float range.
 TEST(RayKernel, DirectedRoundingToFloat) {
-  auto rng = SeededRng(312);
-  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
-  std::uniform_int_distribution<int> exponent(-160, 140);
   constexpr float kFltMax = std::numeric_limits<float>::max();
   std::vector<double> xs = {0.0,          -0.0,    1.0,      -1.0,   1e-45,
                             -1e-45,       1.5e-45, -1.5e-45, 1e-300, -1e-300,
                             3.4028235e38, 3.5e38,  -3.5e38,  kInf,   -kInf};
-  for (int i = 0; i < 20000; ++i) {
-    const double x = std::ldexp(mantissa(rng), exponent(rng)) * (i % 2 ? -1 : 1);
+  for (const double x : SignedDoublesAcrossExponents(312, -160, 140)) {
     xs.push_back(x);
     xs.push_back(static_cast<float>(x));  // exactly a float
     const float f = static_cast<float>(x);
@@ -145,14 +155,10 @@ TEST(RayKernel, DirectedRoundingToFloat) {
 // over their domains, within four float steps of the directed roundings (a few 2^-22 of |x|,
 // or 2^-139 near zero); they land exactly on RoundDown / RoundUp's answer only sometimes.
 TEST(RayKernel, LooseFloatBoundsBoundAndStayClose) {
-  auto rng = SeededRng(313);
-  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
-  std::uniform_int_distribution<int> exponent(-160, 127);
   constexpr double kFltMax = std::numeric_limits<float>::max();
   std::vector<double> xs = {0.0,    -0.0,   1.0,     -1.0,    1e-45,
                             -1e-45, 1e-300, -1e-300, kFltMax, -kFltMax};
-  for (int i = 0; i < 20000; ++i) {
-    const double x = std::ldexp(mantissa(rng), exponent(rng)) * (i % 2 ? -1 : 1);
+  for (const double x : SignedDoublesAcrossExponents(313, -160, 127)) {
     if (std::abs(x) > kFltMax) continue;
     xs.push_back(x);
     xs.push_back(static_cast<float>(x));  // exactly a float

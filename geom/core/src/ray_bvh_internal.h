@@ -63,9 +63,7 @@ inline float FloatBelow(double x) {
   return static_cast<float>(x - (std::abs(x) * 0x1p-22 + 0x1p-140));
 }
 /// A float not below x, for x in [-FLT_MAX, +inf] (FloatBelow's margin added).
-inline float FloatAbove(double x) {
-  return static_cast<float>(x + (std::abs(x) * 0x1p-22 + 0x1p-140));
-}
+inline float FloatAbove(double x) { return -FloatBelow(-x); }
 
 /// A ray prepared for the single-precision box test, in units t' = t * t_scale (t_scale a
 /// power of two making the largest direction component lie in [1, 2)).
