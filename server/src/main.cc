@@ -1,5 +1,6 @@
 // clashd: the collision-checking service. Runs on its embedded defaults with no arguments;
 // `clashd --help` lists every setting, which may also come from a TOML/INI file (--config).
+#include <openssl/crypto.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -13,6 +14,9 @@
 #include "server.h"
 
 int main(int argc, char** argv) {
+  // No OpenSSL cleanup at exit: gRPC's threads may still finish after main returns (see
+  // clashctl's main).
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
   clash::server::ServerConfig config;
   CLI::App app{"clashd: collision, clearance and ray queries on CAD assemblies over gRPC"};
   app.set_config("--config", "", "Read settings from a TOML or INI file (keys = long flag names)");
