@@ -95,6 +95,10 @@ int main(int argc, char** argv) {
   app.add_option("--tenant-max-storage-bytes", config.tenant_max_storage_bytes,
                  "Per-tenant bytes on disk (0: no quota)")
       ->capture_default_str();
+  app.add_option("--import-cache-max-bytes", config.import_cache_max_bytes,
+                 "Per-tenant bytes of the import cache (least recently used entries go first; "
+                 "0: cache nothing)")
+      ->capture_default_str();
   app.add_option("--tenant-max-concurrent-imports", config.tenant_max_concurrent_imports,
                  "Per-tenant imports at once (0: no limit)")
       ->capture_default_str()

@@ -1020,6 +1020,7 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   }
   TenantLimits limits;
   limits.max_storage_bytes = config.tenant_max_storage_bytes;
+  limits.import_cache_max_bytes = config.import_cache_max_bytes;
   limits.max_concurrent_imports = config.tenant_max_concurrent_imports;
   // The default caps a tenant only where there can be several (tokens, or client
   // certificates): a single tenant keeps every slot and place in the queue.

@@ -62,6 +62,8 @@ struct ServerConfig {
   bool health_requires_token = false;
   /// Per-tenant quotas (0: none): bytes on disk, imports at once, calls per second and burst.
   std::uint64_t tenant_max_storage_bytes = 0;
+  /// Bytes of a tenant's import cache (least recently used entries go first; 0: no entries).
+  std::uint64_t import_cache_max_bytes = std::uint64_t{1} << 30;
   int tenant_max_concurrent_imports = 0;
   /// Queries (and part builds) per tenant running or waiting for a query slot at once; -1:
   /// with tokens or client certificates (several tenants), half of query_slots + query_queue

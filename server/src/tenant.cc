@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <system_error>
 #include <utility>
 
@@ -50,10 +51,15 @@ std::uint64_t Tenant::StorageBytes() const {
 }
 
 absl::StatusOr<std::uint64_t> Tenant::FreeStorage(std::uint64_t more) const {
-  const std::uint64_t used = StorageBytes();
+  std::uint64_t used = StorageBytes();
   const std::uint64_t quota = limits_.max_storage_bytes;
   // (Written so that no sum can wrap around: `more` comes from the client.)
-  if (more > quota || reserved_ > quota - more || used > quota - more - reserved_) {
+  const bool could_fit = more <= quota && reserved_ <= quota - more;
+  if (could_fit && used > quota - more - reserved_ && import_cache_) {
+    // The import cache is only a cache: its least recently used entries make room first.
+    if (import_cache_->Evict(used - (quota - more - reserved_)) > 0) used = StorageBytes();
+  }
+  if (!could_fit || used > quota - more - reserved_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "storage quota of tenant '", name_, "': ", used, " of ", quota, " bytes used",
         reserved_ > 0 ? absl::StrCat(", ", reserved_, " set aside for writes in progress") : "",
@@ -136,13 +142,26 @@ absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& n
   CLASH_ASSIGN_OR_RETURN(tenant->parts_, PartStore::Open(tenant->dir_, max_part_triangles_));
   CLASH_ASSIGN_OR_RETURN(tenant->scenes_,
                          SceneStore::Open(tenant->dir_ + "/scenes", tenant->parts_.get()));
-  CLASH_ASSIGN_OR_RETURN(cad::ImportCache cache,
-                         cad::ImportCache::Open(tenant->dir_ + "/import-cache"));
+  cad::ImportCacheOptions cache_options;
+  cache_options.max_bytes = limits_.import_cache_max_bytes;
+  // An entry is set aside under the quota before it is written (which may evict older ones).
+  cache_options.reserve =
+      [t = tenant.get()](std::uint64_t bytes) -> absl::StatusOr<std::shared_ptr<void>> {
+    CLASH_ASSIGN_OR_RETURN(Tenant::StorageReservation room, t->ReserveStorage(bytes));
+    return std::make_shared<Tenant::StorageReservation>(std::move(room));
+  };
+  CLASH_ASSIGN_OR_RETURN(
+      cad::ImportCache cache,
+      cad::ImportCache::Open(tenant->dir_ + "/import-cache", std::move(cache_options)));
   // A kill between a cache entry's temporary and its rename leaves the temporary behind. The
   // cache may be shared (clash-import --cache-dir): a running writer's temporaries stay. Here,
   // not in ImportCache::Open: this process writes nothing into the cache before its tenant is
   // open, while an open cache may be opened again by another thread that is writing.
   RemoveAbandonedTemporaries(cache.dir());
+  // A bound lowered since the entries were written holds from the start.
+  if (const std::uint64_t size = cache.SizeBytes(); size > limits_.import_cache_max_bytes) {
+    cache.Evict(size - limits_.import_cache_max_bytes);
+  }
   tenant->import_cache_.emplace(std::move(cache));
   {
     std::error_code ec;

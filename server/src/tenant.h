@@ -22,8 +22,11 @@ namespace clash::server {
 
 /// Per-tenant limits; 0 means no limit.
 struct TenantLimits {
-  /// Bytes on disk (parts, assemblies, scenes, import cache, uploads in progress).
+  /// Bytes on disk (parts, assemblies, scenes, import cache, uploads in progress). The import
+  /// cache's least recently used entries are evicted before a write is refused for it.
   std::uint64_t max_storage_bytes = 0;
+  /// Bytes of the import cache (unlike the others, 0 means no entries: nothing is cached).
+  std::uint64_t import_cache_max_bytes = std::uint64_t{1} << 30;
   /// Imports of the tenant running or waiting at once.
   int max_concurrent_imports = 0;
   /// Queries (and part builds) of the tenant running or waiting for a query slot at once, so
@@ -102,8 +105,8 @@ class Tenant {
 
  private:
   friend class TenantRegistry;
-  // The bytes free after `more` (with a quota), or RESOURCE_EXHAUSTED: walks the folder.
-  // Called with storage_mu_ held.
+  // The bytes free after `more` (with a quota), or RESOURCE_EXHAUSTED: walks the folder, and
+  // evicts import cache entries to make room before it refuses. Called with storage_mu_ held.
   absl::StatusOr<std::uint64_t> FreeStorage(std::uint64_t more) const;
   // A ticket of `limiter` (none without a limit): RESOURCE_EXHAUSTED at once, naming `limit`
   // and `what`, when the tenant holds all of them.

@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -312,6 +315,139 @@ TEST_F(AssemblyCacheTest, StoreAndLoadAssemblyDirectly) {
   EXPECT_THAT(ImportAssemblyWithCache(junk.string(), {}, limits_, *cache),
               StatusIs(absl::StatusCode::kInvalidArgument, ""));
   EXPECT_EQ(Entries(".clshasm").size(), 1u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The size bound, least-recently-used eviction and the reserve hook, on small synthetic entries
+// (no OCCT): the fan of `n` triangles around a vertex, whose entry size grows with n.
+
+MeshBuffers Fan(int n) {
+  MeshBuffers mesh;
+  mesh.xyz = {0, 0, 0};
+  for (int i = 0; i <= n; ++i) {
+    const double a = 0.1 * i;
+    mesh.xyz.insert(mesh.xyz.end(), {std::cos(a), std::sin(a), 1.0});
+  }
+  for (int i = 0; i < n; ++i) {
+    mesh.triangles.insert(mesh.triangles.end(),
+                          {0u, static_cast<uint32_t>(i + 1), static_cast<uint32_t>(i + 2)});
+    mesh.face_ids.push_back(0);
+  }
+  mesh.faces_total = mesh.faces_meshed = 1;
+  return mesh;
+}
+
+class BoundedImportCacheTest : public testing::ScratchDirTest {
+ protected:
+  static std::string Key(char c) { return std::string(64, c); }
+  fs::path Entry(char c) const { return dir_ / (Key(c) + ".clshmesh"); }
+  // Sets an entry's last use to `seconds` after the epoch (long ago: before any store or load).
+  void SetUsed(char c, time_t seconds) const {
+    const timespec times[2] = {{seconds, 0}, {seconds, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, Entry(c).c_str(), times, 0), 0) << Entry(c);
+  }
+  // The size of the entry of Fan(n), measured in an unbounded cache of its own.
+  std::uint64_t EntrySize(int n) const {
+    const fs::path probe = dir_ / "probe";
+    auto cache = ImportCache::Open(probe.string());
+    EXPECT_THAT(cache, IsOk());
+    EXPECT_THAT(cache->Store(Key('f'), Fan(n)), IsOk());
+    const std::uint64_t size = fs::file_size(probe / (Key('f') + ".clshmesh"));
+    fs::remove_all(probe);
+    return size;
+  }
+};
+
+// With room for two entries, a third evicts the least recently used: the one stored or loaded
+// longest ago, so a load keeps an old entry (first-in-first-out would drop it).
+TEST_F(BoundedImportCacheTest, StoresStayWithinTheBoundLeastRecentlyUsedFirst) {
+  const std::uint64_t size = EntrySize(50);
+  auto cache = ImportCache::Open(dir_.string(), {.max_bytes = 2 * size + size / 2, .reserve = {}});
+  ASSERT_THAT(cache, IsOk());
+  ASSERT_THAT(cache->Store(Key('a'), Fan(50)), IsOk());
+  ASSERT_THAT(cache->Store(Key('b'), Fan(50)), IsOk());
+  EXPECT_EQ(cache->SizeBytes(), 2 * size);
+  ASSERT_NO_FATAL_FAILURE(SetUsed('a', 1000));
+  ASSERT_NO_FATAL_FAILURE(SetUsed('b', 2000));
+  auto hit = cache->Load(Key('a'));  // a is used now: b is the least recently used
+  ASSERT_THAT(hit, IsOk());
+  ASSERT_TRUE(hit->has_value());
+  ASSERT_THAT(cache->Store(Key('c'), Fan(50)), IsOk());
+  EXPECT_TRUE(fs::exists(Entry('a')));
+  EXPECT_FALSE(fs::exists(Entry('b')));
+  EXPECT_TRUE(fs::exists(Entry('c')));
+  EXPECT_EQ(cache->SizeBytes(), 2 * size);
+  // Storing a key again replaces its entry and evicts nothing else.
+  ASSERT_NO_FATAL_FAILURE(SetUsed('c', 1000));
+  ASSERT_THAT(cache->Store(Key('a'), Fan(50)), IsOk());
+  EXPECT_TRUE(fs::exists(Entry('c')));
+  // An entry larger than the bound is not stored, and evicts nothing.
+  EXPECT_THAT(cache->Store(Key('d'), Fan(200)),
+              StatusIs(absl::StatusCode::kResourceExhausted, "larger than the cache's bound"));
+  EXPECT_FALSE(fs::exists(Entry('d')));
+  EXPECT_EQ(cache->SizeBytes(), 2 * size);
+  // A bound of 0 caches nothing; an import through it still succeeds, unstored.
+  auto none = ImportCache::Open((dir_ / "none").string(), {.max_bytes = 0, .reserve = {}});
+  ASSERT_THAT(none, IsOk());
+  EXPECT_THAT(none->Store(Key('a'), Fan(1)), StatusIs(absl::StatusCode::kResourceExhausted, ""));
+  EXPECT_EQ(none->SizeBytes(), 0u);
+}
+
+// Evict frees the least recently used entries first, only entries (not temporaries of writes
+// in progress nor other files), and says how much it freed.
+TEST_F(BoundedImportCacheTest, EvictTakesTheLeastRecentlyUsedEntriesFirst) {
+  const std::uint64_t size = EntrySize(50);
+  auto cache = ImportCache::Open(dir_.string());
+  ASSERT_THAT(cache, IsOk());
+  for (char c : {'a', 'b', 'c'}) ASSERT_THAT(cache->Store(Key(c), Fan(50)), IsOk());
+  ASSERT_NO_FATAL_FAILURE(SetUsed('a', 3000));
+  ASSERT_NO_FATAL_FAILURE(SetUsed('b', 1000));
+  ASSERT_NO_FATAL_FAILURE(SetUsed('c', 2000));
+  std::ofstream(dir_ / ".tmp-entry-1-1") << "a write in progress";
+  std::ofstream(dir_ / "notes.txt") << "not an entry";
+  EXPECT_EQ(cache->SizeBytes(), 3 * size);
+  EXPECT_EQ(cache->Evict(0), 0u);
+  EXPECT_EQ(cache->Evict(1), size);
+  EXPECT_FALSE(fs::exists(Entry('b')));
+  EXPECT_TRUE(fs::exists(Entry('c')));
+  EXPECT_EQ(cache->Evict(size + 1), 2 * size);  // c, then a
+  EXPECT_EQ(cache->SizeBytes(), 0u);
+  EXPECT_EQ(cache->Evict(1), 0u);
+  EXPECT_TRUE(fs::exists(dir_ / ".tmp-entry-1-1"));
+  EXPECT_TRUE(fs::exists(dir_ / "notes.txt"));
+}
+
+// The reserve hook is asked for the entry's exact size after the eviction and before the
+// write, its hold is kept until the entry is on disk, and its refusal stores nothing.
+TEST_F(BoundedImportCacheTest, ReserveIsAskedBeforeTheWriteAndHeldUntilItIsOnDisk) {
+  const std::uint64_t size = EntrySize(50);
+  std::vector<std::uint64_t> asked;
+  bool on_disk_at_release = false;
+  bool refuse = false;
+  ImportCacheOptions options;
+  options.max_bytes = size;
+  options.reserve = [&](std::uint64_t bytes) -> absl::StatusOr<std::shared_ptr<void>> {
+    asked.push_back(bytes);
+    EXPECT_FALSE(fs::exists(Entry('a'))) << "evicted before the reservation";
+    if (refuse) return absl::ResourceExhaustedError("quota");
+    return std::shared_ptr<void>(nullptr,
+                                 [&](void*) { on_disk_at_release = fs::exists(Entry('b')); });
+  };
+  auto cache = ImportCache::Open(dir_.string(), options);
+  ASSERT_THAT(cache, IsOk());
+  refuse = true;
+  EXPECT_THAT(cache->Store(Key('b'), Fan(50)),
+              StatusIs(absl::StatusCode::kResourceExhausted, "quota"));
+  EXPECT_FALSE(fs::exists(Entry('b')));
+  refuse = false;
+  asked.clear();
+  auto plain = ImportCache::Open(dir_.string());  // a stored without the hook
+  ASSERT_THAT(plain, IsOk());
+  ASSERT_THAT(plain->Store(Key('a'), Fan(50)), IsOk());
+  ASSERT_THAT(cache->Store(Key('b'), Fan(50)), IsOk());
+  EXPECT_THAT(asked, ::testing::ElementsAre(size));
+  EXPECT_TRUE(on_disk_at_release);
+  EXPECT_EQ(cache->SizeBytes(), size);
 }
 
 // A FIFO where a file should be (a hostile worker's result.bin) is refused at once: before, the

@@ -1,6 +1,8 @@
 // Tokens, tenant names, listen addresses and per-tenant quotas (server/src/auth.h, tenant.h).
 #include "auth.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,7 +120,23 @@ class TenantTest : public ::testing::Test {
     ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static constexpr std::uint64_t kQuota = 100'000;
+  // Tenant "a" of registry_, whose tenants have a storage quota of kQuota bytes; empty_ gets
+  // the bytes its new folders take (little of the quota).
+  std::shared_ptr<Tenant> OpenQuotaTenant() {
+    TenantLimits limits;
+    limits.max_storage_bytes = kQuota;
+    registry_.emplace(dir_, 1000, limits);
+    std::shared_ptr<Tenant> t = *registry_->Get("a");
+    empty_ = t->StorageBytes();
+    EXPECT_LT(empty_, 5'000u);
+    return t;
+  }
+
   std::string dir_;
+  std::optional<TenantRegistry> registry_;
+  std::uint64_t empty_ = 0;
 };
 
 TEST_F(TenantTest, EachTenantHasItsOwnFolderAndStores) {
@@ -184,29 +204,21 @@ TEST_F(TenantTest, RateLimitAllowsTheBurstThenRefuses) {
 }
 
 TEST_F(TenantTest, StorageQuotaCountsTheTenantsFiles) {
-  TenantLimits limits;
-  limits.max_storage_bytes = 100'000;
-  TenantRegistry registry(dir_, 1000, limits);
-  std::shared_ptr<Tenant> t = *registry.Get("a");
-  const std::uint64_t empty = t->StorageBytes();
-  EXPECT_LT(empty, 10'000u);
+  std::shared_ptr<Tenant> t = OpenQuotaTenant();
+  const std::uint64_t empty = empty_;
   EXPECT_TRUE(t->CheckStorage(50'000).ok());
   ASSERT_NO_FATAL_FAILURE(WriteBlob(t->tmp_dir() + "/blob", 80'000));
   EXPECT_EQ(t->StorageBytes(), empty + 80'000);
   EXPECT_EQ(t->CheckStorage(50'000).status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE((*registry.Get("b"))->CheckStorage(50'000).ok());
+  EXPECT_TRUE((*registry_->Get("b"))->CheckStorage(50'000).ok());
 }
 
 // Reservations of writes in progress count against the quota with the files on disk: what
 // one holds, another cannot take; written bytes are no longer held; a reservation that ends
 // gives its bytes back; moved, it holds them once.
 TEST_F(TenantTest, StorageReservationsOfWritesAtOnceShareTheQuota) {
-  TenantLimits limits;
-  limits.max_storage_bytes = 100'000;
-  TenantRegistry registry(dir_, 1000, limits);
-  std::shared_ptr<Tenant> t = *registry.Get("a");
-  const std::uint64_t empty = t->StorageBytes();
-  ASSERT_LT(empty, 5'000u);
+  std::shared_ptr<Tenant> t = OpenQuotaTenant();
+  const std::uint64_t empty = empty_;
   absl::StatusOr<Tenant::StorageReservation> r1 = t->ReserveStorage(60'000);
   ASSERT_TRUE(r1.ok()) << r1.status();
   EXPECT_EQ(r1->held(), 60'000u);
@@ -247,12 +259,78 @@ TEST_F(TenantTest, StorageReservationsOfWritesAtOnceShareTheQuota) {
   EXPECT_EQ(t->ReserveStorage(kMax).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(t->CheckStorage(kMax - 1000).status().code(), absl::StatusCode::kResourceExhausted);
   // Another tenant's quota is its own; without a quota nothing is held or refused.
-  EXPECT_TRUE((*registry.Get("b"))->ReserveStorage(90'000).ok());
+  EXPECT_TRUE((*registry_->Get("b"))->ReserveStorage(90'000).ok());
   TenantRegistry free_registry(dir_ + "/free", 1000, TenantLimits{});
   absl::StatusOr<Tenant::StorageReservation> any =
       (*free_registry.Get("a"))->ReserveStorage(std::uint64_t{1} << 60);
   ASSERT_TRUE(any.ok());
   EXPECT_EQ(any->held(), 0u);
+}
+
+// A mesh of `n` triangles (a fan) whose import cache entry takes about 40 bytes per triangle.
+cad::MeshBuffers FanMesh(int n) {
+  cad::MeshBuffers mesh;
+  for (int i = 0; i <= n + 1; ++i) mesh.xyz.insert(mesh.xyz.end(), {0.001 * i, 0.5 * (i % 2), 0});
+  for (int i = 0; i < n; ++i) {
+    mesh.triangles.insert(mesh.triangles.end(), {0u, static_cast<std::uint32_t>(i + 1),
+                                                 static_cast<std::uint32_t>(i + 2)});
+    mesh.face_ids.push_back(0);
+  }
+  mesh.faces_total = mesh.faces_meshed = 1;
+  return mesh;
+}
+
+// The import cache is only a cache: its entries are set aside under the quota like every other
+// write (which evicts older entries to make room), are evicted, least recently used first,
+// before another write is refused, and stay within --import-cache-max-bytes, also when the bound
+// was lowered since they were written.
+TEST_F(TenantTest, TheImportCacheYieldsToTheQuotaAndStaysWithinItsBound) {
+  std::shared_ptr<Tenant> t = OpenQuotaTenant();
+  const std::uint64_t empty = empty_;
+  const std::string a(64, 'a'), b(64, 'b'), c(64, 'c');
+  ASSERT_TRUE(t->import_cache().Store(a, FanMesh(500)).ok());
+  const std::uint64_t entry = t->import_cache().SizeBytes();
+  ASSERT_GT(entry, 15'000u);
+  ASSERT_LT(entry, 25'000u);
+  // A check with room evicts nothing.
+  EXPECT_TRUE(t->CheckStorage(100'000 - empty - entry).ok());
+  EXPECT_EQ(t->import_cache().SizeBytes(), entry);
+  // 50 kB of other files: one more entry fits, a third only in place of the oldest.
+  ASSERT_NO_FATAL_FAILURE(WriteBlob(t->tmp_dir() + "/blob", 50'000));
+  ASSERT_TRUE(t->import_cache().Store(b, FanMesh(500)).ok());
+  EXPECT_EQ(t->import_cache().SizeBytes(), 2 * entry);
+  const std::string dir = t->import_cache().dir();
+  const timespec long_ago[2] = {{1000, 0}, {1000, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, (dir + "/" + a + ".clshmesh").c_str(), long_ago, 0), 0);
+  ASSERT_TRUE(t->import_cache().Store(c, FanMesh(500)).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + a + ".clshmesh"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/" + b + ".clshmesh"));
+  EXPECT_LE(t->StorageBytes(), kQuota);
+  // A write that fits only without the cache takes its room.
+  absl::StatusOr<Tenant::StorageReservation> room =
+      t->ReserveStorage(100'000 - empty - 50'000 - entry / 2);
+  ASSERT_TRUE(room.ok()) << room.status();
+  EXPECT_EQ(t->import_cache().SizeBytes(), 0u);
+  // With no room even so, an entry is not stored, and the import would go on without it.
+  EXPECT_EQ(t->import_cache().Store(a, FanMesh(500)).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(t->import_cache().SizeBytes(), 0u);
+  room = Tenant::StorageReservation();
+  ASSERT_TRUE(t->import_cache().Store(a, FanMesh(500)).ok());
+  ASSERT_TRUE(t->import_cache().Store(b, FanMesh(500)).ok());
+
+  // Reopened with a bound of one entry and a half: the older entry goes at once.
+  ASSERT_EQ(utimensat(AT_FDCWD, (dir + "/" + a + ".clshmesh").c_str(), long_ago, 0), 0);
+  TenantLimits limits;
+  limits.import_cache_max_bytes = entry + entry / 2;
+  TenantRegistry bounded(dir_, 1000, limits);
+  std::shared_ptr<Tenant> reopened = *bounded.Get("a");
+  EXPECT_EQ(reopened->import_cache().SizeBytes(), entry);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/" + b + ".clshmesh"));
+  // A bound of 0 caches nothing.
+  limits.import_cache_max_bytes = 0;
+  TenantRegistry uncached(dir_ + "/none", 1000, limits);
+  EXPECT_EQ((*uncached.Get("a"))->import_cache().Store(a, FanMesh(10)).code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(TenantTest, ConcurrentImportsAreCounted) {

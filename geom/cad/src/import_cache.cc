@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cerrno>
@@ -17,6 +18,8 @@
 #include <random>
 #include <string>
 #include <system_error>
+#include <tuple>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -116,14 +119,14 @@ std::string ImportCacheKey(std::string_view file_sha256_hex, const TessellationO
                                 "\nmax_triangles=", options.max_triangles, "\n"));
 }
 
-absl::StatusOr<ImportCache> ImportCache::Open(std::string dir) {
+absl::StatusOr<ImportCache> ImportCache::Open(std::string dir, ImportCacheOptions options) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat("import cache folder ", dir, " cannot be used",
                                                    ec ? absl::StrCat(": ", ec.message()) : ""));
   }
-  return ImportCache(std::move(dir));
+  return ImportCache(std::move(dir), std::move(options));
 }
 
 namespace {
@@ -156,24 +159,68 @@ absl::StatusOr<std::optional<T>> LoadEntry(const std::string& dir, std::string_v
     std::filesystem::remove(path, ec);
     return std::nullopt;
   }
+  // A hit is a use: the entry's time moves to now, so that eviction takes it last. (When that
+  // fails, the entry is only evicted earlier.)
+  utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
   return value;
 }
 
-// Stores `value` under `key` in `dir`, atomically.
+// An entry's bytes: the encoded value followed by its SHA-256.
 template <typename T>
-absl::Status StoreEntry(const std::string& dir, std::string_view key, const T& value) {
-  if (!IsKey(key)) return absl::InvalidArgumentError("import cache key must be 64 hex digits");
+std::string EncodeEntry(const T& value) {
   std::string bytes = internal::EncodeWorkerOutput(absl::StatusOr<T>(value));
   Sha256 h;
   h.Update(bytes);
   const auto digest = h.Finish();
   bytes.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  return bytes;
+}
 
-  absl::Status written = WriteFileAtomically(EntryPath(dir, key, kKindOf<T>), bytes);
-  if (!written.ok()) {
-    return absl::InternalError(absl::StrCat("import cache: ", std::string(written.message())));
+// An entry file of the folder.
+struct EntryFile {
+  std::string path;
+  std::uint64_t size = 0;
+  timespec used{};  // the file's modification time: when it was stored or last loaded
+};
+
+// The entry files in `dir` (not the temporaries of writes in progress), least recently used
+// first (ties by name, so that the order is the same for every caller).
+std::vector<EntryFile> ListEntries(const std::string& dir) {
+  std::vector<EntryFile> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::filesystem::path& p = it->path();
+    if ((p.extension() != ".clshmesh" && p.extension() != ".clshasm") ||
+        !IsKey(p.stem().string())) {
+      continue;
+    }
+    struct stat st {};
+    if (stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    out.push_back({p.string(), static_cast<std::uint64_t>(st.st_size), st.st_mtim});
   }
-  return absl::OkStatus();
+  std::sort(out.begin(), out.end(), [](const EntryFile& a, const EntryFile& b) {
+    return std::tie(a.used.tv_sec, a.used.tv_nsec, a.path) <
+           std::tie(b.used.tv_sec, b.used.tv_nsec, b.path);
+  });
+  return out;
+}
+
+// Removes `entries` in order until `bytes` are freed; returns the bytes freed. An entry that
+// is already gone (another store or Evict took it) frees nothing here.
+std::uint64_t RemoveUntilFreed(const std::vector<EntryFile>& entries, std::uint64_t bytes) {
+  std::uint64_t freed = 0;
+  for (const EntryFile& e : entries) {
+    if (freed >= bytes) break;
+    if (unlink(e.path.c_str()) == 0) freed += e.size;
+  }
+  return freed;
+}
+
+std::uint64_t TotalSize(const std::vector<EntryFile>& entries) {
+  std::uint64_t total = 0;
+  for (const EntryFile& e : entries) total += e.size;
+  return total;
 }
 
 // Imports through the cache: `import()` runs on a miss, and `out->*value` receives the result.
@@ -196,7 +243,11 @@ absl::StatusOr<Cached> ImportThroughCache(const std::string& path,
   absl::StatusOr<T> imported = import();
   if (!imported.ok()) return imported.status();
   out.*value = *std::move(imported);
-  out.stored = StoreEntry(cache.dir(), out.key, out.*value).ok();
+  if constexpr (kKindOf<T> == ImportKind::kMesh) {
+    out.stored = cache.Store(out.key, out.*value).ok();
+  } else {
+    out.stored = cache.StoreAssembly(out.key, out.*value).ok();
+  }
   return out;
 }
 
@@ -206,8 +257,40 @@ absl::StatusOr<std::optional<MeshBuffers>> ImportCache::Load(std::string_view ke
   return LoadEntry<MeshBuffers>(dir_, key);
 }
 
+template <typename T>
+absl::Status ImportCache::StoreBounded(std::string_view key, const T& value) const {
+  if (!IsKey(key)) return absl::InvalidArgumentError("import cache key must be 64 hex digits");
+  const std::string bytes = EncodeEntry(value);
+  const std::uint64_t size = bytes.size();
+  if (size > options_.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("import cache: an entry of ", size,
+                                                     " bytes is larger than the cache's bound of ",
+                                                     options_.max_bytes, " bytes"));
+  }
+  const std::string path = EntryPath(dir_, key, kKindOf<T>);
+  std::lock_guard lock(*store_mu_);
+  std::vector<EntryFile> entries = ListEntries(dir_);
+  // An entry of the same key is replaced by the rename: its bytes do not stay.
+  std::erase_if(entries, [&](const EntryFile& e) { return e.path == path; });
+  const std::uint64_t total = TotalSize(entries);
+  if (total > options_.max_bytes - size) {
+    RemoveUntilFreed(entries, total - (options_.max_bytes - size));
+  }
+  std::shared_ptr<void> hold;  // kept until the entry is on disk
+  if (options_.reserve) {
+    absl::StatusOr<std::shared_ptr<void>> reserved = options_.reserve(size);
+    if (!reserved.ok()) return reserved.status();
+    hold = *std::move(reserved);
+  }
+  absl::Status written = WriteFileAtomically(path, bytes);
+  if (!written.ok()) {
+    return absl::InternalError(absl::StrCat("import cache: ", std::string(written.message())));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ImportCache::Store(std::string_view key, const MeshBuffers& mesh) const {
-  return StoreEntry(dir_, key, mesh);
+  return StoreBounded(key, mesh);
 }
 
 absl::StatusOr<std::optional<ImportedAssembly>> ImportCache::LoadAssembly(
@@ -217,7 +300,13 @@ absl::StatusOr<std::optional<ImportedAssembly>> ImportCache::LoadAssembly(
 
 absl::Status ImportCache::StoreAssembly(std::string_view key,
                                         const ImportedAssembly& assembly) const {
-  return StoreEntry(dir_, key, assembly);
+  return StoreBounded(key, assembly);
+}
+
+std::uint64_t ImportCache::SizeBytes() const { return TotalSize(ListEntries(dir_)); }
+
+std::uint64_t ImportCache::Evict(std::uint64_t bytes) const {
+  return bytes == 0 ? 0 : RemoveUntilFreed(ListEntries(dir_), bytes);
 }
 
 absl::StatusOr<CachedImport> ImportWithCache(const std::string& path,

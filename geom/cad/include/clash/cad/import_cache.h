@@ -4,6 +4,11 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,20 +47,38 @@ enum class ImportKind {
                                          const TessellationOptions& options,
                                          ImportKind kind = ImportKind::kMesh);
 
+/// How much an ImportCache keeps.
+struct ImportCacheOptions {
+  /// Bytes of entries kept at most: a store first removes the least recently used entries
+  /// (stored or loaded longest ago) until the new one fits, and an entry larger than this is
+  /// not stored. 0 stores nothing.
+  std::uint64_t max_bytes = std::numeric_limits<std::uint64_t>::max();
+  /// Called with an entry's size before it is written (after the eviction that makes it fit),
+  /// e.g. to set the bytes aside under a disk quota: the returned hold is kept until the entry
+  /// is on disk. An error leaves the entry unstored. Empty: nothing to ask.
+  std::function<absl::StatusOr<std::shared_ptr<void>>(std::uint64_t bytes)> reserve;
+};
+
 /// One folder of entries, one file per key. Entries are written atomically (temporary file,
 /// fsync, rename, fsync of the folder) and carry a SHA-256 of their content, checked on every
 /// load; a damaged entry is removed and counts as a miss. Safe for concurrent use by threads and
-/// processes: a reader sees either a whole entry or none.
+/// processes: a reader sees either a whole entry or none. The size bound holds for the stores
+/// of one ImportCache (and its copies), which run one at a time; another process writing into
+/// the same folder can pass it until the next store.
 class ImportCache {
  public:
   /// Opens (creating if needed) the cache folder. INVALID_ARGUMENT when it cannot be used.
-  [[nodiscard]] static absl::StatusOr<ImportCache> Open(std::string dir);
+  /// Entries beyond `options.max_bytes` are left until the next store or Evict.
+  [[nodiscard]] static absl::StatusOr<ImportCache> Open(std::string dir,
+                                                        ImportCacheOptions options = {});
 
   /// The mesh entry for `key`, or nullopt on a miss or a damaged entry (which is removed).
   /// INVALID_ARGUMENT for a key that is not 64 hex digits.
   [[nodiscard]] absl::StatusOr<std::optional<MeshBuffers>> Load(std::string_view key) const;
 
-  /// Stores `mesh` under `key`, atomically. INTERNAL when the folder cannot be written.
+  /// Stores `mesh` under `key`, atomically, within the size bound (see ImportCacheOptions).
+  /// RESOURCE_EXHAUSTED for an entry larger than the bound, the reserve callback's error, or
+  /// INTERNAL when the folder cannot be written; the entry is not stored then.
   [[nodiscard]] absl::Status Store(std::string_view key, const MeshBuffers& mesh) const;
 
   /// The assembly entry for `key`; otherwise as Load. Mesh and assembly entries are separate
@@ -67,13 +90,27 @@ class ImportCache {
   [[nodiscard]] absl::Status StoreAssembly(std::string_view key,
                                            const ImportedAssembly& assembly) const;
 
+  /// Bytes of the entries in the folder now.
+  [[nodiscard]] std::uint64_t SizeBytes() const;
+
+  /// Removes entries, least recently used first, until `bytes` are freed or none is left;
+  /// returns the bytes freed. Entries are only a cache: a disk quota can take its room back.
+  std::uint64_t Evict(std::uint64_t bytes) const;
+
   /// The folder.
   [[nodiscard]] const std::string& dir() const { return dir_; }
 
  private:
-  explicit ImportCache(std::string dir) : dir_(std::move(dir)) {}
+  ImportCache(std::string dir, ImportCacheOptions options)
+      : dir_(std::move(dir)),
+        options_(std::move(options)),
+        store_mu_(std::make_shared<std::mutex>()) {}
+  template <typename T>
+  absl::Status StoreBounded(std::string_view key, const T& value) const;
 
   std::string dir_;
+  ImportCacheOptions options_;
+  std::shared_ptr<std::mutex> store_mu_;  // one store (eviction and write) at a time
 };
 
 /// What ImportWithCache did.
