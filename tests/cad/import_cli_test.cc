@@ -1,7 +1,9 @@
 // Tests for the clash-import command: runs the built binary on the generated plate-and-bolts STEP
 // (and, when present, a damaged real file) and checks its JSON and text output and exit codes.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -142,6 +144,27 @@ TEST_F(ImportCliTest, JsonDescribesTheTreeAndTheReport) {
   EXPECT_EQ(uncached["cache"]["from_cache"], false);
   EXPECT_TRUE(uncached["cache"]["key"].is_null());
   EXPECT_EQ(uncached["instances"], first["instances"]);
+}
+
+// --cache-max-mb bounds the cache folder: with 0 nothing is stored (and the import succeeds);
+// with room, the least recently used entry makes way for a new one.
+TEST_F(ImportCliTest, TheCacheStaysWithinItsBound) {
+  const Json unstored = ImportJson(CacheArgs() + " --cache-max-mb 0");
+  ASSERT_FALSE(unstored.is_discarded());
+  EXPECT_EQ(unstored["cache"]["used"], true);
+  EXPECT_EQ(unstored["cache"]["stored"], false);
+  EXPECT_EQ(unstored["parts"].size(), 2u);
+  EXPECT_TRUE(fs::is_empty(cache_));
+  // A stale entry (used long ago, 1 MiB) makes way for the import's in a cache of 1 MiB.
+  const fs::path stale = cache_ / (std::string(64, 'e') + ".clshasm");
+  testing::WriteBytes(stale, std::string(1 << 20, 'x'));
+  const timespec long_ago[2] = {{1000, 0}, {1000, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, stale.c_str(), long_ago, 0), 0);
+  const Json stored = ImportJson(CacheArgs() + " --cache-max-mb 1");
+  ASSERT_FALSE(stored.is_discarded());
+  EXPECT_EQ(stored["cache"]["stored"], true);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_EQ(Import(Quoted(step_) + " --no-cache --cache-max-mb 5").exit_code, 2);
 }
 
 TEST_F(ImportCliTest, OptionsReachTheImport) {

@@ -1,9 +1,9 @@
 // clash-import: imports a STEP or IGES file the way the server does (ImportAssemblyWithCache: the
 // import cache, else the isolated worker) and prints its assembly tree and import report.
 //
-//   clash-import FILE [--no-cache | --cache-dir DIR] [--deflection-mm X] [--relative-deflection X]
-//                [--angular-deflection-rad X] [--max-triangles N] [--timeout-s S]
-//                [--memory-mb M] [--strict] [--json]
+//   clash-import FILE [--no-cache | --cache-dir DIR] [--cache-max-mb M] [--deflection-mm X]
+//                [--relative-deflection X] [--angular-deflection-rad X] [--max-triangles N]
+//                [--timeout-s S] [--memory-mb M] [--strict] [--json]
 //
 // Exit codes: 0 imported (and, with --strict, nothing lost); 1 import error, or with --strict an
 // incomplete import (the report is still printed; "clash-import: <CODE>: <message>" goes to
@@ -16,9 +16,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <optional>
@@ -59,6 +61,7 @@ struct Flags {
   std::string file;
   bool no_cache = false;
   std::string cache_dir;
+  std::uint64_t cache_max_mb = 1024;
   TessellationOptions options;
   double timeout_s = 120;
   std::size_t memory_mb = 4096;
@@ -85,6 +88,15 @@ struct Outcome {
   std::string cache_warning;  // why the cache could not be used, if it was asked for
 };
 
+// The cache's bound: --cache-max-mb (saturating; 0 caches nothing).
+ImportCacheOptions CacheBound(const Flags& flags) {
+  ImportCacheOptions options;
+  options.max_bytes = flags.cache_max_mb > (std::numeric_limits<std::uint64_t>::max() >> 20)
+                          ? std::numeric_limits<std::uint64_t>::max()
+                          : flags.cache_max_mb << 20;
+  return options;
+}
+
 absl::StatusOr<Outcome> Import(const Flags& flags) {
   IsolationLimits limits;
   limits.wall_seconds = flags.timeout_s;
@@ -93,9 +105,9 @@ absl::StatusOr<Outcome> Import(const Flags& flags) {
   Outcome outcome;
   if (!flags.no_cache) {
     outcome.cache_dir = flags.cache_dir.empty() ? DefaultCacheDir() : flags.cache_dir;
-    absl::StatusOr<ImportCache> cache = outcome.cache_dir.empty()
-                                            ? absl::InvalidArgumentError("no cache folder")
-                                            : ImportCache::Open(outcome.cache_dir);
+    absl::StatusOr<ImportCache> cache =
+        outcome.cache_dir.empty() ? absl::InvalidArgumentError("no cache folder")
+                                  : ImportCache::Open(outcome.cache_dir, CacheBound(flags));
     if (cache.ok()) {
       absl::StatusOr<CachedAssemblyImport> result =
           ImportAssemblyWithCache(flags.file, flags.options, limits, *cache, &g_cancel);
@@ -241,6 +253,11 @@ int Run(int argc, char** argv) {
                  "Import cache folder (default $XDG_CACHE_HOME/clashd/import, else "
                  "~/.cache/clashd/import)")
       ->excludes(no_cache);
+  app.add_option("--cache-max-mb", flags.cache_max_mb,
+                 "Bound of the cache folder: least recently used entries go first (0: store "
+                 "nothing)")
+      ->excludes(no_cache)
+      ->capture_default_str();
   app.add_option("--deflection-mm", flags.options.linear_deflection_mm,
                  "Absolute chordal deflection in mm (default: relative to each part's size)")
       ->check(CLI::PositiveNumber);
