@@ -14,8 +14,10 @@
 #include "server.h"
 
 int main(int argc, char** argv) {
-  // No OpenSSL cleanup at exit: gRPC's threads may still finish after main returns (see
-  // clashctl's main).
+  // OpenSSL (under gRPC's TLS) must not tear itself down in an atexit handler: gRPC's threads
+  // may still finish after main returns, and one that does so after that cleanup can no longer
+  // free its per-thread state or may call into the freed library. The first initialisation
+  // decides, so this comes first. (Should it fail, OpenSSL initialises later as before.)
   OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
   clash::server::ServerConfig config;
   CLI::App app{"clashd: collision, clearance and ray queries on CAD assemblies over gRPC"};

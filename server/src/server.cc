@@ -961,8 +961,16 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   limits.address_space_bytes = config.import_memory_bytes;
   limits.temp_dir = t.tmp_dir();    // emptied when the tenant is opened, so never left behind
   limits.pool = worker_pool.get();  // null: a fresh worker per import
-  absl::StatusOr<cad::CachedAssemblyImport> imported =
-      cad::ImportAssemblyWithCache(file, options, limits, t.import_cache(), &watch.cancel);
+  // The import cache is read here rather than through cad::ImportAssemblyWithCache, so that a
+  // fresh entry is written last: after the upload is removed and the parts are stored, taking
+  // only the room they leave under the quota (an entry yields to real data).
+  const std::string cache_key = cad::ImportCacheKey(sha, options, cad::ImportKind::kAssembly);
+  CLASH_ASSIGN_OR_RETURN(std::optional<cad::ImportedAssembly> cached,
+                         t.import_cache().LoadAssembly(cache_key));
+  const bool from_cache = cached.has_value();
+  absl::StatusOr<cad::ImportedAssembly> imported =
+      from_cache ? *std::move(cached)
+                 : cad::ImportAssemblyIsolated(file, options, limits, &watch.cancel);
   watch.Stop();  // the rest is quick and never asks the client
   // The upload is read: removed now, so that the import's parts do not need room beside it.
   remove_dir.Now();
@@ -973,21 +981,26 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   ImportFacts facts;
   facts.file_name = header.file_name();
   facts.sha256 = sha;
-  facts.cache_key = imported->key;
-  facts.from_cache = imported->from_cache;
+  facts.cache_key = cache_key;
+  facts.from_cache = from_cache;
   facts.strict = header.strict();
   facts.options = options;
   facts.start = start;
   // The parts and the assembly are set aside before the first is written (and held until
   // they all are): an import that would pass the quota stores nothing.
   Tenant::StorageReservation output_room;
-  return StoreImportedAssembly(
-      imported->assembly, facts, t.parts(),
+  const absl::Status stored = StoreImportedAssembly(
+      *imported, facts, t.parts(),
       [&](std::uint64_t bytes) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(output_room, t.ReserveStorage(bytes));
         return absl::OkStatus();
       },
       response);
+  output_room = Tenant::StorageReservation();  // written (or not): on disk, counted there
+  // Cached even when storing was refused, for the retry. An entry the cache cannot take (its
+  // bound, the quota, a full disk) only costs a worker run next time.
+  if (!from_cache) (void)t.import_cache().StoreAssembly(cache_key, *imported);
+  return stored;
 }
 
 absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConfig& config) {

@@ -56,8 +56,14 @@ absl::StatusOr<std::uint64_t> Tenant::FreeStorage(std::uint64_t more) const {
   // (Written so that no sum can wrap around: `more` comes from the client.)
   const bool could_fit = more <= quota && reserved_ <= quota - more;
   if (could_fit && used > quota - more - reserved_ && import_cache_) {
-    // The import cache is only a cache: its least recently used entries make room first.
-    if (import_cache_->Evict(used - (quota - more - reserved_)) > 0) used = StorageBytes();
+    // The import cache is only a cache: its least recently used entries make room first, when
+    // they can (a write that would not fit without any is refused with the cache left whole).
+    // Evict takes no lock of the cache: a cache store may be what asks here.
+    const std::uint64_t cached = import_cache_->SizeBytes();
+    if (used - std::min(used, cached) <= quota - more - reserved_ &&
+        import_cache_->Evict(used - (quota - more - reserved_)) > 0) {
+      used = StorageBytes();
+    }
   }
   if (!could_fit || used > quota - more - reserved_) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -144,7 +150,8 @@ absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& n
                          SceneStore::Open(tenant->dir_ + "/scenes", tenant->parts_.get()));
   cad::ImportCacheOptions cache_options;
   cache_options.max_bytes = limits_.import_cache_max_bytes;
-  // An entry is set aside under the quota before it is written (which may evict older ones).
+  // An entry is set aside under the quota before it is written (which may evict older ones:
+  // the lock order is the cache's store, then storage_mu_; Evict takes neither).
   cache_options.reserve =
       [t = tenant.get()](std::uint64_t bytes) -> absl::StatusOr<std::shared_ptr<void>> {
     CLASH_ASSIGN_OR_RETURN(Tenant::StorageReservation room, t->ReserveStorage(bytes));

@@ -55,7 +55,8 @@ class Tenant {
   [[nodiscard]] std::uint64_t StorageBytes() const;
   /// RESOURCE_EXHAUSTED when adding `more` bytes would pass the storage quota, counting the
   /// bytes on disk and those other writes have set aside (StorageReservation); returns the
-  /// bytes still free (UINT64_MAX without a quota).
+  /// bytes still free (UINT64_MAX without a quota). When the import cache's entries stand in
+  /// the way, and removing them makes room, it evicts them first (as ReserveStorage and Grow).
   [[nodiscard]] absl::StatusOr<std::uint64_t> CheckStorage(std::uint64_t more) const;
 
   /// Bytes of the storage quota set aside for a write in progress (an upload, an import's

@@ -346,22 +346,22 @@ class BoundedImportCacheTest : public testing::ScratchDirTest {
     const timespec times[2] = {{seconds, 0}, {seconds, 0}};
     ASSERT_EQ(utimensat(AT_FDCWD, Entry(c).c_str(), times, 0), 0) << Entry(c);
   }
-  // The size of the entry of Fan(n), measured in an unbounded cache of its own.
-  std::uint64_t EntrySize(int n) const {
+  // The size of the entry of Fan(n) into *size, measured in an unbounded cache of its own.
+  void EntrySize(int n, std::uint64_t* size) const {
     const fs::path probe = dir_ / "probe";
     auto cache = ImportCache::Open(probe.string());
-    EXPECT_THAT(cache, IsOk());
-    EXPECT_THAT(cache->Store(Key('f'), Fan(n)), IsOk());
-    const std::uint64_t size = fs::file_size(probe / (Key('f') + ".clshmesh"));
+    ASSERT_THAT(cache, IsOk());
+    ASSERT_THAT(cache->Store(Key('f'), Fan(n)), IsOk());
+    *size = fs::file_size(probe / (Key('f') + ".clshmesh"));
     fs::remove_all(probe);
-    return size;
   }
 };
 
 // With room for two entries, a third evicts the least recently used: the one stored or loaded
 // longest ago, so a load keeps an old entry (first-in-first-out would drop it).
 TEST_F(BoundedImportCacheTest, StoresStayWithinTheBoundLeastRecentlyUsedFirst) {
-  const std::uint64_t size = EntrySize(50);
+  std::uint64_t size = 0;
+  ASSERT_NO_FATAL_FAILURE(EntrySize(50, &size));
   auto cache = ImportCache::Open(dir_.string(), {.max_bytes = 2 * size + size / 2, .reserve = {}});
   ASSERT_THAT(cache, IsOk());
   ASSERT_THAT(cache->Store(Key('a'), Fan(50)), IsOk());
@@ -377,9 +377,13 @@ TEST_F(BoundedImportCacheTest, StoresStayWithinTheBoundLeastRecentlyUsedFirst) {
   EXPECT_FALSE(fs::exists(Entry('b')));
   EXPECT_TRUE(fs::exists(Entry('c')));
   EXPECT_EQ(cache->SizeBytes(), 2 * size);
-  // Storing a key again replaces its entry and evicts nothing else.
+  // Storing a key again replaces its entry and evicts nothing else (also through a folder
+  // named with a trailing slash).
   ASSERT_NO_FATAL_FAILURE(SetUsed('c', 1000));
-  ASSERT_THAT(cache->Store(Key('a'), Fan(50)), IsOk());
+  auto slash =
+      ImportCache::Open(dir_.string() + "/", {.max_bytes = 2 * size + size / 2, .reserve = {}});
+  ASSERT_THAT(slash, IsOk());
+  ASSERT_THAT(slash->Store(Key('a'), Fan(50)), IsOk());
   EXPECT_TRUE(fs::exists(Entry('c')));
   // An entry larger than the bound is not stored, and evicts nothing.
   EXPECT_THAT(cache->Store(Key('d'), Fan(200)),
@@ -396,7 +400,8 @@ TEST_F(BoundedImportCacheTest, StoresStayWithinTheBoundLeastRecentlyUsedFirst) {
 // Evict frees the least recently used entries first, only entries (not temporaries of writes
 // in progress nor other files), and says how much it freed.
 TEST_F(BoundedImportCacheTest, EvictTakesTheLeastRecentlyUsedEntriesFirst) {
-  const std::uint64_t size = EntrySize(50);
+  std::uint64_t size = 0;
+  ASSERT_NO_FATAL_FAILURE(EntrySize(50, &size));
   auto cache = ImportCache::Open(dir_.string());
   ASSERT_THAT(cache, IsOk());
   for (char c : {'a', 'b', 'c'}) ASSERT_THAT(cache->Store(Key(c), Fan(50)), IsOk());
@@ -420,7 +425,8 @@ TEST_F(BoundedImportCacheTest, EvictTakesTheLeastRecentlyUsedEntriesFirst) {
 // The reserve hook is asked for the entry's exact size after the eviction and before the
 // write, its hold is kept until the entry is on disk, and its refusal stores nothing.
 TEST_F(BoundedImportCacheTest, ReserveIsAskedBeforeTheWriteAndHeldUntilItIsOnDisk) {
-  const std::uint64_t size = EntrySize(50);
+  std::uint64_t size = 0;
+  ASSERT_NO_FATAL_FAILURE(EntrySize(50, &size));
   std::vector<std::uint64_t> asked;
   bool on_disk_at_release = false;
   bool refuse = false;

@@ -122,16 +122,17 @@ class TenantTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   static constexpr std::uint64_t kQuota = 100'000;
-  // Tenant "a" of registry_, whose tenants have a storage quota of kQuota bytes; empty_ gets
-  // the bytes its new folders take (little of the quota).
-  std::shared_ptr<Tenant> OpenQuotaTenant() {
+  // Opens tenant "a" of registry_, whose tenants have a storage quota of kQuota bytes, into
+  // *t; empty_ gets the bytes its new folders take (little of the quota, or a fatal failure).
+  void OpenQuotaTenant(std::shared_ptr<Tenant>* t) {
     TenantLimits limits;
     limits.max_storage_bytes = kQuota;
     registry_.emplace(dir_, 1000, limits);
-    std::shared_ptr<Tenant> t = *registry_->Get("a");
-    empty_ = t->StorageBytes();
-    EXPECT_LT(empty_, 5'000u);
-    return t;
+    absl::StatusOr<std::shared_ptr<Tenant>> opened = registry_->Get("a");
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    *t = *opened;
+    empty_ = (*t)->StorageBytes();
+    ASSERT_LT(empty_, 5'000u);
   }
 
   std::string dir_;
@@ -204,7 +205,8 @@ TEST_F(TenantTest, RateLimitAllowsTheBurstThenRefuses) {
 }
 
 TEST_F(TenantTest, StorageQuotaCountsTheTenantsFiles) {
-  std::shared_ptr<Tenant> t = OpenQuotaTenant();
+  std::shared_ptr<Tenant> t;
+  ASSERT_NO_FATAL_FAILURE(OpenQuotaTenant(&t));
   const std::uint64_t empty = empty_;
   EXPECT_TRUE(t->CheckStorage(50'000).ok());
   ASSERT_NO_FATAL_FAILURE(WriteBlob(t->tmp_dir() + "/blob", 80'000));
@@ -217,7 +219,8 @@ TEST_F(TenantTest, StorageQuotaCountsTheTenantsFiles) {
 // one holds, another cannot take; written bytes are no longer held; a reservation that ends
 // gives its bytes back; moved, it holds them once.
 TEST_F(TenantTest, StorageReservationsOfWritesAtOnceShareTheQuota) {
-  std::shared_ptr<Tenant> t = OpenQuotaTenant();
+  std::shared_ptr<Tenant> t;
+  ASSERT_NO_FATAL_FAILURE(OpenQuotaTenant(&t));
   const std::uint64_t empty = empty_;
   absl::StatusOr<Tenant::StorageReservation> r1 = t->ReserveStorage(60'000);
   ASSERT_TRUE(r1.ok()) << r1.status();
@@ -285,7 +288,8 @@ cad::MeshBuffers FanMesh(int n) {
 // before another write is refused, and stay within --import-cache-max-bytes, also when the bound
 // was lowered since they were written.
 TEST_F(TenantTest, TheImportCacheYieldsToTheQuotaAndStaysWithinItsBound) {
-  std::shared_ptr<Tenant> t = OpenQuotaTenant();
+  std::shared_ptr<Tenant> t;
+  ASSERT_NO_FATAL_FAILURE(OpenQuotaTenant(&t));
   const std::uint64_t empty = empty_;
   const std::string a(64, 'a'), b(64, 'b'), c(64, 'c');
   ASSERT_TRUE(t->import_cache().Store(a, FanMesh(500)).ok());
@@ -295,8 +299,11 @@ TEST_F(TenantTest, TheImportCacheYieldsToTheQuotaAndStaysWithinItsBound) {
   // A check with room evicts nothing.
   EXPECT_TRUE(t->CheckStorage(100'000 - empty - entry).ok());
   EXPECT_EQ(t->import_cache().SizeBytes(), entry);
-  // 50 kB of other files: one more entry fits, a third only in place of the oldest.
+  // 50 kB of other files: a write that would not fit even without the cache evicts nothing;
+  // one more entry fits, a third only in place of the oldest.
   ASSERT_NO_FATAL_FAILURE(WriteBlob(t->tmp_dir() + "/blob", 50'000));
+  EXPECT_EQ(t->CheckStorage(50'001 - empty).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(t->import_cache().SizeBytes(), entry);
   ASSERT_TRUE(t->import_cache().Store(b, FanMesh(500)).ok());
   EXPECT_EQ(t->import_cache().SizeBytes(), 2 * entry);
   const std::string dir = t->import_cache().dir();

@@ -1737,6 +1737,34 @@ TEST_F(ServerTest, ImportsTheAs1AssemblyFromSharedData) {
   EXPECT_EQ(again->assembly().assembly_id(), as.assembly_id());
 }
 
+// An import writes its cache entry last: after its upload is removed and its parts are stored,
+// so that under a tight quota the entry takes only the room they leave. Here as1's upload
+// beside its entry would pass the quota (the entry was not stored before), its parts and entry
+// fit.
+TEST_F(ServerTest, AnImportsCacheEntryTakesOnlyTheRoomItsPartsLeave) {
+  const std::string file = std::string(CLASH_CAD_DATA_DIR) + "/as1-oc-214-mat.stp";
+  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << " (../shared absent)";
+  const std::uint64_t upload = std::filesystem::file_size(file);
+  ServerConfig config;
+  config.tenant_max_storage_bytes = upload + upload / 8;
+  Restart(config);
+  auto imported = client_->ImportCad(file);
+  ASSERT_THAT(imported.status(), IsOk());
+  const std::string tenant = dir_ + "/data/tenants/local";
+  std::uint64_t entries = 0, entry_bytes = 0, total = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(tenant)) {
+    if (!e.is_regular_file()) continue;
+    total += e.file_size();
+    if (e.path().extension() == ".clshasm") {
+      ++entries;
+      entry_bytes += e.file_size();
+    }
+  }
+  EXPECT_EQ(entries, 1u);
+  EXPECT_GT(upload + entry_bytes, config.tenant_max_storage_bytes) << "the test needs this";
+  EXPECT_LE(total, config.tenant_max_storage_bytes);
+}
+
 TEST_F(ServerTest, FullImportQueueIsResourceExhaustedAtOnce) {
   ServerConfig one;
   one.import_slots = 1;

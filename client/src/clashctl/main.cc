@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   // still finish after main returns, and one that does so after that cleanup can no longer free
   // its OpenSSL per-thread state (leaked, and reported by LeakSanitizer) or may still call into
   // the freed library. The first initialisation decides, so this comes before any gRPC call.
+  // (Should it fail, OpenSSL initialises later as before.)
   OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
   const std::vector<std::string> args(argv, argv + argc);
   return clash::clashctl::Run(args, std::cout, std::cerr, {.err_is_tty = isatty(2) == 1});

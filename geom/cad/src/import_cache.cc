@@ -179,12 +179,14 @@ std::string EncodeEntry(const T& value) {
 // An entry file of the folder.
 struct EntryFile {
   std::string path;
+  std::string name;  // the file name: "<key>.clshmesh" or "<key>.clshasm"
   std::uint64_t size = 0;
   timespec used{};  // the file's modification time: when it was stored or last loaded
 };
 
-// The entry files in `dir` (not the temporaries of writes in progress), least recently used
-// first (ties by name, so that the order is the same for every caller).
+// The entry files in `dir` (regular files named as entries: not the temporaries of writes in
+// progress, nor links), least recently used first, to the resolution of the file system's
+// timestamps (ties by name, so that the order is the same for every caller).
 std::vector<EntryFile> ListEntries(const std::string& dir) {
   std::vector<EntryFile> out;
   std::error_code ec;
@@ -196,23 +198,24 @@ std::vector<EntryFile> ListEntries(const std::string& dir) {
       continue;
     }
     struct stat st {};
-    if (stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    out.push_back({p.string(), static_cast<std::uint64_t>(st.st_size), st.st_mtim});
+    if (lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    out.push_back(
+        {p.string(), p.filename().string(), static_cast<std::uint64_t>(st.st_size), st.st_mtim});
   }
   std::sort(out.begin(), out.end(), [](const EntryFile& a, const EntryFile& b) {
-    return std::tie(a.used.tv_sec, a.used.tv_nsec, a.path) <
-           std::tie(b.used.tv_sec, b.used.tv_nsec, b.path);
+    return std::tie(a.used.tv_sec, a.used.tv_nsec, a.name) <
+           std::tie(b.used.tv_sec, b.used.tv_nsec, b.name);
   });
   return out;
 }
 
 // Removes `entries` in order until `bytes` are freed; returns the bytes freed. An entry that
-// is already gone (another store or Evict took it) frees nothing here.
+// is already gone (another store or an Evict took it) counts as freed: its bytes are.
 std::uint64_t RemoveUntilFreed(const std::vector<EntryFile>& entries, std::uint64_t bytes) {
   std::uint64_t freed = 0;
   for (const EntryFile& e : entries) {
     if (freed >= bytes) break;
-    if (unlink(e.path.c_str()) == 0) freed += e.size;
+    if (unlink(e.path.c_str()) == 0 || errno == ENOENT) freed += e.size;
   }
   return freed;
 }
@@ -268,13 +271,18 @@ absl::Status ImportCache::StoreBounded(std::string_view key, const T& value) con
                                                      options_.max_bytes, " bytes"));
   }
   const std::string path = EntryPath(dir_, key, kKindOf<T>);
+  const std::string name = std::filesystem::path(path).filename().string();
   std::lock_guard lock(*store_mu_);
   std::vector<EntryFile> entries = ListEntries(dir_);
   // An entry of the same key is replaced by the rename: its bytes do not stay.
-  std::erase_if(entries, [&](const EntryFile& e) { return e.path == path; });
+  std::erase_if(entries, [&](const EntryFile& e) { return e.name == name; });
   const std::uint64_t total = TotalSize(entries);
   if (total > options_.max_bytes - size) {
-    RemoveUntilFreed(entries, total - (options_.max_bytes - size));
+    const std::uint64_t excess = total - (options_.max_bytes - size);
+    if (RemoveUntilFreed(entries, excess) < excess) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("import cache: older entries in ", dir_, " cannot be removed to make room"));
+    }
   }
   std::shared_ptr<void> hold;  // kept until the entry is on disk
   if (options_.reserve) {

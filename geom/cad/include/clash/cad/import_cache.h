@@ -50,12 +50,14 @@ enum class ImportKind {
 /// How much an ImportCache keeps.
 struct ImportCacheOptions {
   /// Bytes of entries kept at most: a store first removes the least recently used entries
-  /// (stored or loaded longest ago) until the new one fits, and an entry larger than this is
+  /// (stored or loaded longest ago, by the files' modification times, so to the resolution of
+  /// the file system's timestamps) until the new one fits, and an entry larger than this is
   /// not stored. 0 stores nothing.
   std::uint64_t max_bytes = std::numeric_limits<std::uint64_t>::max();
   /// Called with an entry's size before it is written (after the eviction that makes it fit),
   /// e.g. to set the bytes aside under a disk quota: the returned hold is kept until the entry
-  /// is on disk. An error leaves the entry unstored. Empty: nothing to ask.
+  /// is on disk. An error leaves the entry unstored. Empty: nothing to ask. It is called while
+  /// the cache's stores are serialised, so it must not store into the same cache (it may Evict).
   std::function<absl::StatusOr<std::shared_ptr<void>>(std::uint64_t bytes)> reserve;
 };
 
@@ -95,6 +97,8 @@ class ImportCache {
 
   /// Removes entries, least recently used first, until `bytes` are freed or none is left;
   /// returns the bytes freed. Entries are only a cache: a disk quota can take its room back.
+  /// Takes no lock (concurrent removals only find files gone), so that a reserve callback,
+  /// which runs inside a store, may call it.
   std::uint64_t Evict(std::uint64_t bytes) const;
 
   /// The folder.
