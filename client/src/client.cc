@@ -285,6 +285,22 @@ absl::StatusOr<v1::Assembly> Client::GetAssembly(const std::string& assembly_id)
                                                     options_.edit_timeout, true);
 }
 
+absl::Status Client::DeletePart(const std::string& part_id) {
+  v1::DeletePartRequest request;
+  request.set_part_id(part_id);
+  return Call<v1::DeletePartRequest, v1::DeletePartResponse>(CLASH_BIND(parts_, DeletePart),
+                                                             request, options_.edit_timeout, false)
+      .status();
+}
+
+absl::Status Client::DeleteAssembly(const std::string& assembly_id) {
+  v1::DeleteAssemblyRequest request;
+  request.set_assembly_id(assembly_id);
+  return Call<v1::DeleteAssemblyRequest, v1::DeleteAssemblyResponse>(
+             CLASH_BIND(parts_, DeleteAssembly), request, options_.edit_timeout, false)
+      .status();
+}
+
 absl::StatusOr<v1::Scene> Client::CreateScene(const std::string& name) {
   v1::CreateSceneRequest request;
   request.set_name(name);

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -188,6 +191,7 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Get(const std::strin
   absl::StatusOr<std::string> bytes = ReadFileCapped(PartPath(id), kMaxPartFileBytes);
   store::v1::StoredPart stored;
   if (!bytes.ok() || !stored.ParseFromString(*bytes) || ContentId(stored) != id) {
+    if (!Known(id)) return absl::NotFoundError(absl::StrCat("no part ", id));  // removed meanwhile
     LogLine(LogLevel::kError,
             absl::StrCat("part store: ", PartPath(id), " is unreadable or damaged"));
     return absl::NotFoundError(absl::StrCat("no part ", id, " (stored file damaged)"));
@@ -195,6 +199,8 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Get(const std::strin
   builds_.fetch_add(1, std::memory_order_relaxed);
   CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, Build(id, stored, max_triangles_));
   std::lock_guard lock(mu_);
+  // A part removed while it was being built is not served (nothing can use it again).
+  if (!ids_.contains(id)) return absl::NotFoundError(absl::StrCat("no part ", id));
   auto [it, inserted] = loaded_.emplace(id, entry);
   return it->second;
 }
@@ -237,6 +243,47 @@ absl::StatusOr<v1::Assembly> PartStore::GetAssembly(const std::string& id) const
     return absl::NotFoundError(absl::StrCat("no assembly ", id, " (stored file damaged)"));
   }
   return assembly;
+}
+
+absl::Status PartStore::Remove(const std::string& id) {
+  std::lock_guard lock(mu_);
+  if (!ids_.contains(id)) return absl::NotFoundError(absl::StrCat("no part '", id, "'"));
+  // The file first: should that fail, the part is still stored and served.
+  CLASH_RETURN_IF_ERROR(RemoveFileDurably(PartPath(id)));
+  ids_.erase(id);
+  loaded_.erase(id);
+  return absl::OkStatus();
+}
+
+absl::Status PartStore::RemoveAssembly(const std::string& id) {
+  std::error_code ec;
+  if (!IsHexId(id, 'a') || !std::filesystem::is_regular_file(AssemblyPath(id), ec)) {
+    return absl::NotFoundError(absl::StrCat("no assembly '", id, "'"));
+  }
+  return RemoveFileDurably(AssemblyPath(id));
+}
+
+std::optional<std::string> PartStore::FirstAssemblyWith(const std::string& part_id) const {
+  std::set<std::string> ids;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/assemblies", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!absl::EndsWith(name, ".pb")) continue;
+    const std::string id = name.substr(0, name.size() - 3);
+    if (IsHexId(id, 'a')) ids.insert(id);
+  }
+  for (const std::string& id : ids) {
+    absl::StatusOr<std::string> bytes = ReadFileCapped(AssemblyPath(id), kMaxPartFileBytes);
+    if (absl::IsNotFound(bytes.status())) continue;  // removed meanwhile
+    v1::Assembly assembly;
+    if (!bytes.ok() || !assembly.ParseFromString(*bytes) || assembly.assembly_id() != id) {
+      return absl::StrCat("assembly ", id, " (its file is damaged)");
+    }
+    for (const v1::AssemblyInstance& inst : assembly.instances()) {
+      if (inst.part_id() == part_id) return absl::StrCat("assembly ", id);
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace clash::server

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -86,10 +87,21 @@ class PartStore {
   /// Up to `limit` part ids greater than `after`, in order.
   [[nodiscard]] std::vector<std::string> ListIds(const std::string& after, std::size_t limit) const;
 
+  /// Removes a stored part (durably) and drops it from memory; queries holding it finish with
+  /// it. NOT_FOUND for an unknown id. Nothing may use it: the caller checks the scenes and the
+  /// assemblies (FirstAssemblyWith) while no new use can begin (Tenant::part_uses_mu).
+  [[nodiscard]] absl::Status Remove(const std::string& id);
+
   /// Stores an assembly (durably) under its id.
   [[nodiscard]] absl::Status PutAssembly(const v1::Assembly& assembly);
   /// NOT_FOUND when unknown.
   [[nodiscard]] absl::StatusOr<v1::Assembly> GetAssembly(const std::string& id) const;
+  /// Removes a stored assembly (durably; its parts stay). NOT_FOUND when unknown.
+  [[nodiscard]] absl::Status RemoveAssembly(const std::string& id);
+  /// The first stored assembly (in id order) one of whose instances places the part, with why:
+  /// "assembly <id>", or, for a file that cannot be read or parsed (which may name it),
+  /// "assembly <id> (its file is damaged)". Reads every assembly file.
+  [[nodiscard]] std::optional<std::string> FirstAssemblyWith(const std::string& part_id) const;
 
   /// Part hierarchies built since the store was opened (by Prepare, Put and Get).
   [[nodiscard]] std::size_t builds() const { return builds_.load(std::memory_order_relaxed); }

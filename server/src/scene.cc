@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -249,6 +252,42 @@ absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> SceneStore::LockForWri
   }
   if (scene.deleted) return absl::NotFoundError(absl::StrCat("no scene ", scene.id()));
   return lock;
+}
+
+absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::string& part_id,
+                                                                   absl::Time deadline) const {
+  std::vector<std::pair<std::string, std::shared_ptr<Scene>>> scenes;  // id order, all of them
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, scene] : scenes_) scenes.emplace_back(id, scene);
+    for (const auto& [id, why] : unserved_) scenes.emplace_back(id, nullptr);
+  }
+  std::sort(scenes.begin(), scenes.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [id, scene] : scenes) {
+    if (scene == nullptr) {
+      absl::StatusOr<std::string> bytes = ReadFileCapped(ScenePath(id), kMaxSceneFileBytes);
+      if (absl::IsNotFound(bytes.status())) continue;  // deleted meanwhile
+      store::v1::StoredScene stored;
+      if (!bytes.ok() || !stored.ParseFromString(*bytes)) {
+        return absl::StrCat("scene ", id, " (not served; its file does not read)");
+      }
+      for (const store::v1::StoredInstance& si : stored.instances()) {
+        if (si.part_id() == part_id) return absl::StrCat("scene ", id, " (not served)");
+      }
+      continue;
+    }
+    std::shared_lock lock(scene->mu, absl::ToChronoTime(deadline));
+    if (!lock.owns_lock()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("scene ", id, " is busy (an edit holds it); try again"));
+    }
+    if (scene->deleted) continue;
+    for (const auto& [instance_id, rec] : scene->instances) {
+      if (rec.part->info.part_id() == part_id) return absl::StrCat("scene ", id);
+    }
+  }
+  return std::nullopt;
 }
 
 absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -120,6 +121,13 @@ class SceneStore {
   /// Deletes a scene once no query or edit holds it: waits for its lock until `deadline`
   /// (DEADLINE_EXCEEDED after that, nothing deleted). NOT_FOUND for an unknown id.
   [[nodiscard]] absl::Status Delete(const std::string& id, absl::Time deadline);
+
+  /// The first scene (in id order) with an instance of the part, as "scene <id>", or nullopt.
+  /// A served scene is read under its lock, waited for until `deadline` (DEADLINE_EXCEEDED
+  /// after that); a scene kept but not served, from its file (one that no longer reads counts
+  /// as a user: it may name the part).
+  [[nodiscard]] absl::StatusOr<std::optional<std::string>> FirstUserOf(const std::string& part_id,
+                                                                       absl::Time deadline) const;
 
   /// The scene's lock for a write, waited for until `deadline`: DEADLINE_EXCEEDED when a query
   /// still holds it then, NOT_FOUND when the scene was deleted meanwhile.

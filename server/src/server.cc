@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 #include <utility>
 
@@ -83,6 +84,19 @@ absl::Time CallDeadline(const grpc::ServerContext* ctx, double max_seconds) {
   const auto client = ctx->deadline();
   if (client == std::chrono::system_clock::time_point::max()) return server_max;
   return std::min(server_max, absl::FromChrono(client));
+}
+
+// Tenant::part_uses_mu exclusively (DeletePart, DeleteAssembly), waited for until `deadline`:
+// an import holds it shared while it builds and stores its parts.
+absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> LockPartUses(Tenant& t,
+                                                                       absl::Time deadline) {
+  std::unique_lock lock(t.part_uses_mu, absl::ToChronoTime(deadline));
+  if (!lock.owns_lock()) {
+    return absl::DeadlineExceededError(
+        "the tenant's imports, uploads or instance additions still run: nothing deleted; try "
+        "again");
+  }
+  return lock;
 }
 
 // CANCELLED when the client cancelled the call (asks gRPC: ~20 µs, see MakeStop).
@@ -289,6 +303,7 @@ struct ClashServer::Impl {
         // take a query slot, so that uploads cannot oversubscribe the cores.
         const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, impl_->config.max_query_seconds));
         CLASH_ASSIGN_OR_RETURN(QuerySlot slot, impl_->AcquireQuerySlot(t, stop));
+        std::shared_lock uses(t.part_uses_mu);  // no DeletePart between lookup and store
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, t.parts().Put(in));
         *response = entry->info;
         return absl::OkStatus();
@@ -375,6 +390,37 @@ struct ClashServer::Impl {
       return impl_->Serve(ctx, "GetAssembly", [&](Tenant& t) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(*response, t.parts().GetAssembly(request->assembly_id()));
         return absl::OkStatus();
+      });
+    }
+    grpc::Status DeletePart(grpc::ServerContext* ctx, const v1::DeletePartRequest* request,
+                            v1::DeletePartResponse*) override {
+      return impl_->Serve(ctx, "DeletePart", [&](Tenant& t) -> absl::Status {
+        const std::string& id = request->part_id();
+        if (!PartStore::IsPartId(id) || !t.parts().Known(id)) {
+          return absl::NotFoundError(absl::StrCat("no part '", id, "'"));
+        }
+        const absl::Time deadline = CallDeadline(ctx, impl_->config.max_query_seconds);
+        CLASH_ASSIGN_OR_RETURN(std::unique_lock<std::shared_timed_mutex> no_new_uses,
+                               LockPartUses(t, deadline));
+        CLASH_ASSIGN_OR_RETURN(std::optional<std::string> scene,
+                               t.scenes().FirstUserOf(id, deadline));
+        if (scene) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("part ", id, " is placed in ", *scene, ": remove its instances first"));
+        }
+        if (std::optional<std::string> assembly = t.parts().FirstAssemblyWith(id)) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("part ", id, " belongs to ", *assembly, ": delete it first"));
+        }
+        return t.parts().Remove(id);
+      });
+    }
+    grpc::Status DeleteAssembly(grpc::ServerContext* ctx, const v1::DeleteAssemblyRequest* request,
+                                v1::DeleteAssemblyResponse*) override {
+      return impl_->Serve(ctx, "DeleteAssembly", [&](Tenant& t) -> absl::Status {
+        CLASH_ASSIGN_OR_RETURN(std::unique_lock<std::shared_timed_mutex> no_new_uses,
+                               LockPartUses(t, CallDeadline(ctx, impl_->config.max_query_seconds)));
+        return t.parts().RemoveAssembly(request->assembly_id());
       });
     }
 
@@ -733,6 +779,8 @@ grpc::Status ClashServer::Impl::AdmitHealth(const grpc::ServerContext* ctx) {
 absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerContext* ctx,
                                                const v1::AddInstancesRequest& request,
                                                v1::AddInstancesResponse* response) {
+  // No part these instances place can be deleted until they are stored.
+  std::shared_lock uses(t.part_uses_mu);
   // Resolve everything (parts, assemblies, poses) before taking the scene's lock; ids and
   // broad-phase fields are set when the instances are added.
   std::vector<InstanceRec> pending;
@@ -989,6 +1037,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   // The parts and the assembly are set aside before the first is written (and held until
   // they all are): an import that would pass the quota stores nothing.
   Tenant::StorageReservation output_room;
+  std::shared_lock uses(t.part_uses_mu);  // no DeletePart of a part this import stores or names
   const absl::Status stored = StoreImportedAssembly(
       *imported, facts, t.parts(),
       [&](std::uint64_t bytes) -> absl::Status {

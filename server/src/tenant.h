@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 
@@ -43,6 +44,12 @@ class Tenant {
   [[nodiscard]] const std::string& dir() const { return dir_; }
   /// The folder for upload temporaries (emptied when the tenant is opened).
   [[nodiscard]] std::string tmp_dir() const { return dir_ + "/tmp"; }
+
+  /// Held shared by every call that can begin a new use of a stored part (an import or upload
+  /// storing parts and assemblies, AddInstances) from before it looks the parts up until its
+  /// use is stored; held exclusively by DeletePart and DeleteAssembly, so that the scenes and
+  /// assemblies they check cannot gain a use of what they delete.
+  std::shared_timed_mutex part_uses_mu;
 
   PartStore& parts() { return *parts_; }
   SceneStore& scenes() { return *scenes_; }

@@ -134,7 +134,7 @@ class ProcessTest(unittest.TestCase):
             self.skipTest(f"{as1} not found (../shared absent)")
         _, scene = ctl(self.server, "-q", "scene", "create", "as1")
         scene = scene.strip()
-        code, _ = ctl_json(self.server, "import", as1, "--scene", scene)
+        code, imported = ctl_json(self.server, "import", as1, "--scene", scene)
         self.assertEqual(code, 0)
         code, check = ctl_json(self.server, "check", scene)
         self.assertEqual(code, 0, "no HARD clash in as1 at default tolerances")
@@ -159,6 +159,21 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertTrue(any(bolt_path in pair for pair in pairs(check, "HARD")),
                         json.dumps(check.get("summary")))
+
+        # clashctl delete: a part in use stays (exit 3); once neither a scene nor an assembly
+        # holds it, it goes, and the server no longer knows it.
+        bolt_part = bolt["part_id"]
+        code, _ = ctl(self.server, "delete", bolt_part, check=False)
+        self.assertEqual(code, 3, "the scene places the bolt")
+        ctl(self.server, "scene", "delete", scene)
+        code, _ = ctl(self.server, "delete", bolt_part, check=False)
+        self.assertEqual(code, 3, "the assembly holds the bolt")
+        code, _ = ctl(self.server, "delete", imported["import"]["assembly"]["assembly_id"])
+        self.assertEqual(code, 0)
+        code, _ = ctl(self.server, "delete", bolt_part)
+        self.assertEqual(code, 0)
+        code, _ = ctl(self.server, "info", bolt_part, check=False)
+        self.assertEqual(code, 3, "the bolt is gone")
 
 
 if __name__ == "__main__":

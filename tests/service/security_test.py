@@ -294,6 +294,10 @@ class SecurityTest(unittest.TestCase):
                 s["parts"].GetPart(parts_pb2.GetPartRequest(part_id=part_id), metadata=b,
                                    timeout=30)
             self.assertEqual(e.exception.code(), nf)
+            with self.assertRaises(grpc.RpcError) as e:
+                s["parts"].DeletePart(parts_pb2.DeletePartRequest(part_id=part_id), metadata=b,
+                                      timeout=30)
+            self.assertEqual(e.exception.code(), nf)
         self.assertEqual(len(s["scenes"].ListScenes(scenes_pb2.ListScenesRequest(), metadata=b,
                                                     timeout=30).scenes), 0)
         self.assertEqual(len(s["parts"].ListParts(parts_pb2.ListPartsRequest(), metadata=b,

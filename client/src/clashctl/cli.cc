@@ -730,7 +730,7 @@ int RunPick(Session& s, const PickArgs& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// info, health
+// info, delete, health
 
 int RunInfo(Session& s, const std::string& id) {
   if (id.starts_with("p")) {
@@ -748,6 +748,25 @@ int RunInfo(Session& s, const std::string& id) {
     return kExitOk;
   }
   return s.Usage(absl::StrCat("'", id, "' is neither a part id (p...) nor an assembly id (a...)"));
+}
+
+int RunDelete(Session& s, const std::string& id) {
+  const bool part = id.starts_with("p");
+  if (!part && !id.starts_with("a")) {
+    return s.Usage(
+        absl::StrCat("'", id, "' is neither a part id (p...) nor an assembly id (a...)"));
+  }
+  if (absl::Status st = part ? s.client().DeletePart(id) : s.client().DeleteAssembly(id);
+      !st.ok()) {
+    return s.Failed(st);
+  }
+  if (s.json()) {
+    s.out() << (part ? ToJson(v1::DeletePartResponse()) : ToJson(v1::DeleteAssemblyResponse()))
+            << "\n";
+  } else if (s.human()) {
+    s.out() << "deleted " << (part ? "part " : "assembly ") << id << "\n";
+  }
+  return kExitOk;
 }
 
 int RunHealth(Session& s, const std::string& service) {
@@ -963,6 +982,14 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       app.add_subcommand("info", "a part (id p...) or an assembly (id a...) with its tree");
   info_cmd->add_option("ID", info_id)->required();
   on_run(info_cmd, [&] { return RunInfo(session, info_id); });
+
+  std::string delete_id;
+  CLI::App* delete_cmd = app.add_subcommand(
+      "delete",
+      "delete a part (id p...; refused while a scene or an assembly uses it) or an "
+      "assembly (id a...; its parts stay)");
+  delete_cmd->add_option("ID", delete_id)->required();
+  on_run(delete_cmd, [&] { return RunDelete(session, delete_id); });
 
   std::string health_service;
   CLI::App* health_cmd =

@@ -84,6 +84,9 @@ class Client {
   [[nodiscard]] absl::StatusOr<v1::PartMesh> GetPartMesh(const std::string& part_id);
   [[nodiscard]] absl::StatusOr<std::vector<v1::Part>> ListParts();
   [[nodiscard]] absl::StatusOr<v1::Assembly> GetAssembly(const std::string& assembly_id);
+  /// FAILED_PRECONDITION while a scene places the part or an assembly holds it.
+  [[nodiscard]] absl::Status DeletePart(const std::string& part_id);
+  [[nodiscard]] absl::Status DeleteAssembly(const std::string& assembly_id);
 
   // Scenes.
   [[nodiscard]] absl::StatusOr<v1::Scene> CreateScene(const std::string& name);
