@@ -246,13 +246,19 @@ absl::StatusOr<v1::Assembly> PartStore::GetAssembly(const std::string& id) const
 }
 
 absl::Status PartStore::Remove(const std::string& id) {
-  std::lock_guard lock(mu_);
-  if (!ids_.contains(id)) return absl::NotFoundError(absl::StrCat("no part '", id, "'"));
-  // The file first: should that fail, the part is still stored and served.
-  CLASH_RETURN_IF_ERROR(RemoveFileDurably(PartPath(id)));
-  ids_.erase(id);
-  loaded_.erase(id);
-  return absl::OkStatus();
+  {
+    // Unknown first (Get no longer reads the file it is about to lose), then the file without
+    // the lock, which every lookup of the tenant's parts takes.
+    std::lock_guard lock(mu_);
+    if (ids_.erase(id) == 0) return absl::NotFoundError(absl::StrCat("no part '", id, "'"));
+    loaded_.erase(id);
+  }
+  absl::Status removed = RemoveFileDurably(PartPath(id));
+  if (!removed.ok()) {
+    std::lock_guard lock(mu_);
+    ids_.insert(id);  // still stored: served again (loaded from its file on first use)
+  }
+  return removed;
 }
 
 absl::Status PartStore::RemoveAssembly(const std::string& id) {
@@ -263,24 +269,30 @@ absl::Status PartStore::RemoveAssembly(const std::string& id) {
   return RemoveFileDurably(AssemblyPath(id));
 }
 
-std::optional<std::string> PartStore::FirstAssemblyWith(const std::string& part_id) const {
+absl::StatusOr<std::optional<std::string>> PartStore::FirstAssemblyWith(
+    const std::string& part_id) const {
   std::set<std::string> ids;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/assemblies", ec)) {
-    const std::string name = e.path().filename().string();
+  for (auto it = std::filesystem::directory_iterator(dir_ + "/assemblies", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (!absl::EndsWith(name, ".pb")) continue;
     const std::string id = name.substr(0, name.size() - 3);
     if (IsHexId(id, 'a')) ids.insert(id);
+  }
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("the assemblies cannot be listed (", ec.message(), "): nothing deleted"));
   }
   for (const std::string& id : ids) {
     absl::StatusOr<std::string> bytes = ReadFileCapped(AssemblyPath(id), kMaxPartFileBytes);
     if (absl::IsNotFound(bytes.status())) continue;  // removed meanwhile
     v1::Assembly assembly;
     if (!bytes.ok() || !assembly.ParseFromString(*bytes) || assembly.assembly_id() != id) {
-      return absl::StrCat("assembly ", id, " (its file is damaged)");
+      return absl::StrCat("assembly ", id, ", whose file is damaged (delete it)");
     }
     for (const v1::AssemblyInstance& inst : assembly.instances()) {
-      if (inst.part_id() == part_id) return absl::StrCat("assembly ", id);
+      if (inst.part_id() == part_id) return absl::StrCat("assembly ", id, " (delete it first)");
     }
   }
   return std::nullopt;

@@ -98,10 +98,12 @@ class PartStore {
   [[nodiscard]] absl::StatusOr<v1::Assembly> GetAssembly(const std::string& id) const;
   /// Removes a stored assembly (durably; its parts stay). NOT_FOUND when unknown.
   [[nodiscard]] absl::Status RemoveAssembly(const std::string& id);
-  /// The first stored assembly (in id order) one of whose instances places the part, with why:
-  /// "assembly <id>", or, for a file that cannot be read or parsed (which may name it),
-  /// "assembly <id> (its file is damaged)". Reads every assembly file.
-  [[nodiscard]] std::optional<std::string> FirstAssemblyWith(const std::string& part_id) const;
+  /// The first stored assembly (in id order) one of whose instances places the part, as
+  /// "assembly <id> (<what to do>)"; a file that cannot be read or parsed counts (it may name
+  /// the part). Reads every assembly file; INTERNAL when the folder
+  /// cannot be listed (no answer is not "none").
+  [[nodiscard]] absl::StatusOr<std::optional<std::string>> FirstAssemblyWith(
+      const std::string& part_id) const;
 
   /// Part hierarchies built since the store was opened (by Prepare, Put and Get).
   [[nodiscard]] std::size_t builds() const { return builds_.load(std::memory_order_relaxed); }

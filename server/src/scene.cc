@@ -270,10 +270,14 @@ absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::st
       if (absl::IsNotFound(bytes.status())) continue;  // deleted meanwhile
       store::v1::StoredScene stored;
       if (!bytes.ok() || !stored.ParseFromString(*bytes)) {
-        return absl::StrCat("scene ", id, " (not served; its file does not read)");
+        return absl::StrCat("scene ", id,
+                            ", which is not served and whose file does not read (delete it)");
       }
       for (const store::v1::StoredInstance& si : stored.instances()) {
-        if (si.part_id() == part_id) return absl::StrCat("scene ", id, " (not served)");
+        if (si.part_id() == part_id) {
+          return absl::StrCat("scene ", id,
+                              ", which is not served (delete it, or restart once its parts load)");
+        }
       }
       continue;
     }
@@ -284,7 +288,9 @@ absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::st
     }
     if (scene->deleted) continue;
     for (const auto& [instance_id, rec] : scene->instances) {
-      if (rec.part->info.part_id() == part_id) return absl::StrCat("scene ", id);
+      if (rec.part->info.part_id() == part_id) {
+        return absl::StrCat("scene ", id, " (remove its instances first)");
+      }
     }
   }
   return std::nullopt;

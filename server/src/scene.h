@@ -122,10 +122,10 @@ class SceneStore {
   /// (DEADLINE_EXCEEDED after that, nothing deleted). NOT_FOUND for an unknown id.
   [[nodiscard]] absl::Status Delete(const std::string& id, absl::Time deadline);
 
-  /// The first scene (in id order) with an instance of the part, as "scene <id>", or nullopt.
-  /// A served scene is read under its lock, waited for until `deadline` (DEADLINE_EXCEEDED
-  /// after that); a scene kept but not served, from its file (one that no longer reads counts
-  /// as a user: it may name the part).
+  /// The first scene (in id order) with an instance of the part, as "scene <id> (<what to
+  /// do>)", or nullopt. A served scene is read under its lock, waited for until `deadline`
+  /// (DEADLINE_EXCEEDED after that); a scene kept but not served, from its file (one that no
+  /// longer reads counts as a user: it may name the part).
   [[nodiscard]] absl::StatusOr<std::optional<std::string>> FirstUserOf(const std::string& part_id,
                                                                        absl::Time deadline) const;
 

@@ -86,8 +86,8 @@ absl::Time CallDeadline(const grpc::ServerContext* ctx, double max_seconds) {
   return std::min(server_max, absl::FromChrono(client));
 }
 
-// Tenant::part_uses_mu exclusively (DeletePart, DeleteAssembly), waited for until `deadline`:
-// an import holds it shared while it builds and stores its parts.
+// Tenant::part_uses_mu exclusively (DeletePart), waited for until `deadline`: an import holds
+// it shared while it builds and stores its parts.
 absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> LockPartUses(Tenant& t,
                                                                        absl::Time deadline) {
   std::unique_lock lock(t.part_uses_mu, absl::ToChronoTime(deadline));
@@ -95,6 +95,18 @@ absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> LockPartUses(Tenant& t
     return absl::DeadlineExceededError(
         "the tenant's imports, uploads or instance additions still run: nothing deleted; try "
         "again");
+  }
+  return lock;
+}
+
+// Tenant::part_uses_mu shared (a call that may begin a use of a part), waited for until
+// `deadline`, so that a DeletePart holding it (for its scans) costs a call time, never a thread
+// for good. Taken before a query slot, by every caller alike.
+absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> SharePartUses(Tenant& t,
+                                                                        absl::Time deadline) {
+  std::shared_lock lock(t.part_uses_mu, absl::ToChronoTime(deadline));
+  if (!lock.owns_lock()) {
+    return absl::DeadlineExceededError("a DeletePart of the tenant still runs; try again");
   }
   return lock;
 }
@@ -301,9 +313,12 @@ struct ClashServer::Impl {
                                t.ReserveStorage(request->ByteSizeLong()));
         // Welding and the hierarchy (up to --max-part-triangles) are query-sized CPU work: they
         // take a query slot, so that uploads cannot oversubscribe the cores.
-        const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, impl_->config.max_query_seconds));
+        const absl::Time deadline = CallDeadline(ctx, impl_->config.max_query_seconds);
+        // No DeletePart between the lookup of an equal part and the store.
+        CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> uses,
+                               SharePartUses(t, deadline));
+        const StopCheck stop = MakeStop(ctx, deadline);
         CLASH_ASSIGN_OR_RETURN(QuerySlot slot, impl_->AcquireQuerySlot(t, stop));
-        std::shared_lock uses(t.part_uses_mu);  // no DeletePart between lookup and store
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, t.parts().Put(in));
         *response = entry->info;
         return absl::OkStatus();
@@ -366,12 +381,14 @@ struct ClashServer::Impl {
         const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, impl_->config.max_query_seconds));
         for (std::size_t i = 0; i < ids.size() && i < n; ++i) {
           std::shared_ptr<const PartEntry> entry = t.parts().Loaded(ids[i]);
+          if (entry == nullptr && !t.parts().Known(ids[i])) continue;  // deleted meanwhile
           if (entry == nullptr) {
             // Running out of slots or time fails the page; a part that no longer loads (a
             // damaged file, or above a lowered --max-part-triangles) is left out and logged.
             CLASH_ASSIGN_OR_RETURN(QuerySlot slot, impl_->AcquireQuerySlot(t, stop));
             CLASH_RETURN_IF_ERROR(stop());
             absl::StatusOr<std::shared_ptr<const PartEntry>> got = t.parts().Get(ids[i]);
+            if (!got.ok() && !t.parts().Known(ids[i])) continue;  // deleted meanwhile
             if (!got.ok()) {
               LogLine(LogLevel::kWarning, absl::StrCat("ListParts: part ", ids[i],
                                                        " left out: ", got.status().message()));
@@ -402,24 +419,22 @@ struct ClashServer::Impl {
         const absl::Time deadline = CallDeadline(ctx, impl_->config.max_query_seconds);
         CLASH_ASSIGN_OR_RETURN(std::unique_lock<std::shared_timed_mutex> no_new_uses,
                                LockPartUses(t, deadline));
-        CLASH_ASSIGN_OR_RETURN(std::optional<std::string> scene,
+        CLASH_ASSIGN_OR_RETURN(std::optional<std::string> user,
                                t.scenes().FirstUserOf(id, deadline));
-        if (scene) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("part ", id, " is placed in ", *scene, ": remove its instances first"));
+        if (!user) {
+          CLASH_ASSIGN_OR_RETURN(user, t.parts().FirstAssemblyWith(id));
         }
-        if (std::optional<std::string> assembly = t.parts().FirstAssemblyWith(id)) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("part ", id, " belongs to ", *assembly, ": delete it first"));
+        if (user) {
+          return absl::FailedPreconditionError(absl::StrCat("part ", id, " is in use by ", *user));
         }
         return t.parts().Remove(id);
       });
     }
     grpc::Status DeleteAssembly(grpc::ServerContext* ctx, const v1::DeleteAssemblyRequest* request,
                                 v1::DeleteAssemblyResponse*) override {
+      // No lock of the part uses: deleting an assembly only ends uses, and an import storing
+      // the same assembly at once leaves it stored or not, as if one call came first.
       return impl_->Serve(ctx, "DeleteAssembly", [&](Tenant& t) -> absl::Status {
-        CLASH_ASSIGN_OR_RETURN(std::unique_lock<std::shared_timed_mutex> no_new_uses,
-                               LockPartUses(t, CallDeadline(ctx, impl_->config.max_query_seconds)));
         return t.parts().RemoveAssembly(request->assembly_id());
       });
     }
@@ -779,12 +794,14 @@ grpc::Status ClashServer::Impl::AdmitHealth(const grpc::ServerContext* ctx) {
 absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerContext* ctx,
                                                const v1::AddInstancesRequest& request,
                                                v1::AddInstancesResponse* response) {
+  const absl::Time deadline = CallDeadline(ctx, config.max_query_seconds);
   // No part these instances place can be deleted until they are stored.
-  std::shared_lock uses(t.part_uses_mu);
+  CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> uses,
+                         SharePartUses(t, deadline));
   // Resolve everything (parts, assemblies, poses) before taking the scene's lock; ids and
   // broad-phase fields are set when the instances are added.
   std::vector<InstanceRec> pending;
-  const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, config.max_query_seconds));
+  const StopCheck stop = MakeStop(ctx, deadline);
   for (int i = 0; i < request.parts_size(); ++i) {
     const v1::PartPlacement& p = request.parts(i);
     InstanceRec item;
@@ -1036,16 +1053,20 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   facts.start = start;
   // The parts and the assembly are set aside before the first is written (and held until
   // they all are): an import that would pass the quota stores nothing.
-  Tenant::StorageReservation output_room;
-  std::shared_lock uses(t.part_uses_mu);  // no DeletePart of a part this import stores or names
-  const absl::Status stored = StoreImportedAssembly(
-      *imported, facts, t.parts(),
-      [&](std::uint64_t bytes) -> absl::Status {
-        CLASH_ASSIGN_OR_RETURN(output_room, t.ReserveStorage(bytes));
-        return absl::OkStatus();
-      },
-      response);
-  output_room = Tenant::StorageReservation();  // written (or not): on disk, counted there
+  absl::Status stored;
+  {
+    // No DeletePart of a part this import stores or its assembly names until both are stored.
+    CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> uses,
+                           SharePartUses(t, deadline));
+    Tenant::StorageReservation output_room;
+    stored = StoreImportedAssembly(
+        *imported, facts, t.parts(),
+        [&](std::uint64_t bytes) -> absl::Status {
+          CLASH_ASSIGN_OR_RETURN(output_room, t.ReserveStorage(bytes));
+          return absl::OkStatus();
+        },
+        response);
+  }  // (what was set aside is written, or not: on disk, counted there)
   // Cached even when storing was refused, for the retry. An entry the cache cannot take (its
   // bound, the quota, a full disk) only costs a worker run next time.
   if (!from_cache) (void)t.import_cache().StoreAssembly(cache_key, *imported);

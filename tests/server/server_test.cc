@@ -1771,10 +1771,12 @@ TEST_F(ServerTest, AnImportsCacheEntryTakesOnlyTheRoomItsPartsLeave) {
 TEST_F(ServerTest, DeletePartTakesOnlyUnusedParts) {
   const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
   const std::string pin = Upload(MakeBox(Vec3(1, 1, 3)), "pin");
+  const std::string plate = Upload(MakeBox(Vec3(5, 5, 1)), "plate");
   const std::string scene = NewScene();
   const uint64_t a = Place(scene, box, RigidTransform::Identity(), "a");
+  Place(scene, plate, RigidTransform{geom::Mat3::Identity(), Vec3(0, 0, -10)}, "kept");
   EXPECT_THAT(client_->DeletePart(box),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "is placed in scene " + scene));
+              StatusIs(absl::StatusCode::kFailedPrecondition, "is in use by scene " + scene));
   EXPECT_THAT(client_->GetPart(box).status(), IsOk());
   EXPECT_THAT(client_->DeletePart(pin), IsOk());
   EXPECT_THAT(client_->GetPart(pin).status(), StatusIs(absl::StatusCode::kNotFound, ""));
@@ -1782,8 +1784,8 @@ TEST_F(ServerTest, DeletePartTakesOnlyUnusedParts) {
   EXPECT_FALSE(std::filesystem::exists(parts + pin + ".pb"));
   auto listed = client_->ListParts();
   ASSERT_THAT(listed.status(), IsOk());
-  ASSERT_EQ(listed->size(), 1u);
-  EXPECT_EQ((*listed)[0].part_id(), box);
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_TRUE((*listed)[0].part_id() != pin && (*listed)[1].part_id() != pin);
   v1::AddInstancesRequest add;
   add.set_scene_id(scene);
   add.add_parts()->set_part_id(pin);
@@ -1799,11 +1801,18 @@ TEST_F(ServerTest, DeletePartTakesOnlyUnusedParts) {
   remove.add_instance_ids(a);
   ASSERT_THAT(client_->RemoveInstances(remove).status(), IsOk());
   EXPECT_THAT(client_->DeletePart(box), IsOk());
+  // Uploaded again, the pin is back under its id, on disk too.
+  EXPECT_EQ(Upload(MakeBox(Vec3(1, 1, 3)), "pin"), pin);
+  EXPECT_TRUE(std::filesystem::exists(parts + pin + ".pb"));
+  // After a restart the scene is served with its other instance; the box is gone, the pin is
+  // there.
   Restart();
-  EXPECT_THAT(client_->GetScene(scene).status(), IsOk());
+  auto kept = client_->ListInstances(scene);
+  ASSERT_THAT(kept.status(), IsOk());
+  ASSERT_EQ(kept->size(), 1u);
+  EXPECT_EQ((*kept)[0].part_id(), plate);
   EXPECT_THAT(client_->GetPart(box).status(), StatusIs(absl::StatusCode::kNotFound, ""));
-  EXPECT_EQ(Upload(MakeBox(Vec3(1, 1, 1)), "box"), box);
-  EXPECT_THAT(client_->GetPart(box).status(), IsOk());
+  EXPECT_THAT(client_->GetPart(pin).status(), IsOk());
 }
 
 // An imported assembly holds its parts: they go once it is deleted (and no scene places them);
@@ -1821,10 +1830,10 @@ TEST_F(ServerTest, DeleteAssemblyReleasesItsParts) {
   add.add_assemblies()->set_assembly_id(assembly);
   ASSERT_THAT(client_->AddInstances(add).status(), IsOk());
   EXPECT_THAT(client_->DeletePart(part),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "placed in scene " + scene));
+              StatusIs(absl::StatusCode::kFailedPrecondition, "in use by scene " + scene));
   ASSERT_THAT(client_->DeleteScene(scene), IsOk());
   EXPECT_THAT(client_->DeletePart(part),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "belongs to assembly " + assembly));
+              StatusIs(absl::StatusCode::kFailedPrecondition, "in use by assembly " + assembly));
   EXPECT_THAT(client_->DeleteAssembly(assembly), IsOk());
   EXPECT_THAT(client_->GetAssembly(assembly).status(), StatusIs(absl::StatusCode::kNotFound, ""));
   EXPECT_THAT(client_->DeleteAssembly(assembly), StatusIs(absl::StatusCode::kNotFound, ""));
@@ -1833,6 +1842,7 @@ TEST_F(ServerTest, DeleteAssemblyReleasesItsParts) {
   auto again = client_->ImportCad(file);
   ASSERT_THAT(again.status(), IsOk());
   EXPECT_EQ(again->assembly().assembly_id(), assembly);
+  Restart();  // served from disk, not from what memory kept
   EXPECT_THAT(client_->GetAssembly(assembly).status(), IsOk());
   EXPECT_THAT(client_->GetPart(part).status(), IsOk());
 }
@@ -1876,6 +1886,8 @@ TEST_F(ServerTest, DeletePartRacingAddInstancesNeverLeavesAnInstanceWithoutItsPa
     }
   }
   EXPECT_EQ(added + deleted, kRounds);
+  RecordProperty("added", added);  // which side won how often
+  RecordProperty("deleted", deleted);
   Restart();
   auto instances = client_->ListInstances(scene);
   ASSERT_THAT(instances.status(), IsOk()) << "the scene is served after a restart";

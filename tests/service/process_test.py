@@ -38,6 +38,14 @@ def ctl(server, *args, check=True):
     return r.returncode, r.stdout
 
 
+def ctl_err(server, *args):
+    """Runs clashctl expecting it to fail; returns (exit code, stderr)."""
+    r = subprocess.run([os.path.join(ARGS.bin_dir, "client", "clashctl"), "--server",
+                        f"127.0.0.1:{server.port}", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    return r.returncode, r.stderr
+
+
 def ctl_json(server, *args):
     code, out = ctl(server, "--json", *args)
     return code, json.loads(out)
@@ -163,17 +171,21 @@ class ProcessTest(unittest.TestCase):
         # clashctl delete: a part in use stays (exit 3); once neither a scene nor an assembly
         # holds it, it goes, and the server no longer knows it.
         bolt_part = bolt["part_id"]
-        code, _ = ctl(self.server, "delete", bolt_part, check=False)
-        self.assertEqual(code, 3, "the scene places the bolt")
+        assembly = imported["import"]["assembly"]["assembly_id"]
+        code, err = ctl_err(self.server, "delete", bolt_part)
+        self.assertEqual(code, 3, err)
+        self.assertIn(f"FAILED_PRECONDITION: part {bolt_part} is in use by scene {scene}", err)
         ctl(self.server, "scene", "delete", scene)
-        code, _ = ctl(self.server, "delete", bolt_part, check=False)
-        self.assertEqual(code, 3, "the assembly holds the bolt")
-        code, _ = ctl(self.server, "delete", imported["import"]["assembly"]["assembly_id"])
+        code, err = ctl_err(self.server, "delete", bolt_part)
+        self.assertEqual(code, 3, err)
+        self.assertIn(f"is in use by assembly {assembly}", err)
+        code, _ = ctl(self.server, "delete", assembly)
         self.assertEqual(code, 0)
         code, _ = ctl(self.server, "delete", bolt_part)
         self.assertEqual(code, 0)
-        code, _ = ctl(self.server, "info", bolt_part, check=False)
-        self.assertEqual(code, 3, "the bolt is gone")
+        code, err = ctl_err(self.server, "info", bolt_part)
+        self.assertEqual(code, 3, err)
+        self.assertIn("NOT_FOUND", err)
 
 
 if __name__ == "__main__":

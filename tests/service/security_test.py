@@ -289,7 +289,18 @@ class SecurityTest(unittest.TestCase):
                     with self.assertRaises(grpc.RpcError) as e:
                         call()
                     self.assertEqual(e.exception.code(), nf, e.exception.details())
-        for part_id in (part.part_id, random_part):
+        # An unused part of A's is out of B's reach too, and so are assemblies.
+        v2, t2 = h.box_mesh((3, 3, 3))
+        unused = s["parts"].UploadMesh(parts_pb2.UploadMeshRequest(name="a-spare",
+                                                                   vertices_mm=v2,
+                                                                   triangles=t2),
+                                       metadata=a, timeout=30)
+        random_assembly = "a" + "".join(rng.choice("0123456789abcdef") for _ in range(32))
+        with self.assertRaises(grpc.RpcError) as e:
+            s["parts"].DeleteAssembly(parts_pb2.DeleteAssemblyRequest(
+                assembly_id=random_assembly), metadata=b, timeout=30)
+        self.assertEqual(e.exception.code(), nf)
+        for part_id in (part.part_id, unused.part_id, random_part):
             with self.assertRaises(grpc.RpcError) as e:
                 s["parts"].GetPart(parts_pb2.GetPartRequest(part_id=part_id), metadata=b,
                                    timeout=30)
@@ -302,6 +313,8 @@ class SecurityTest(unittest.TestCase):
                                                     timeout=30).scenes), 0)
         self.assertEqual(len(s["parts"].ListParts(parts_pb2.ListPartsRequest(), metadata=b,
                                                   timeout=30).parts), 0)
+        self.assertEqual(s["parts"].GetPart(parts_pb2.GetPartRequest(part_id=unused.part_id),
+                                            metadata=a, timeout=30).name, "a-spare")
 
         # Tenant A's objects are intact and answer; the boxes overlap fully (same pose).
         got = s["scenes"].ListInstances(scenes_pb2.ListInstancesRequest(scene_id=scene.scene_id),
