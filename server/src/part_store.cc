@@ -7,7 +7,6 @@
 #include <string>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "clash/cad/import_cache.h"
 #include "clash/geom/mesh.h"
@@ -107,13 +106,9 @@ absl::StatusOr<std::unique_ptr<PartStore>> PartStore::Open(std::string dir,
   CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_ + "/assemblies"));
   RemoveAbandonedTemporaries(store->dir_ + "/parts");
   RemoveAbandonedTemporaries(store->dir_ + "/assemblies");
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(store->dir_ + "/parts", ec)) {
-    const std::string name = e.path().filename().string();
-    if (!absl::EndsWith(name, ".pb")) continue;
-    const std::string id = name.substr(0, name.size() - 3);
-    if (IsPartId(id)) store->ids_.insert(id);
-  }
+  // (A folder that cannot be listed serves no part, as a first start would.)
+  absl::StatusOr<std::set<std::string>> ids = IdsInFolder(store->dir_ + "/parts", 'p');
+  if (ids.ok()) store->ids_ = *std::move(ids);
   return store;
 }
 
@@ -231,8 +226,7 @@ absl::Status PartStore::PutAssembly(const v1::Assembly& assembly) {
   return WriteFileAtomically(AssemblyPath(assembly.assembly_id()), bytes);
 }
 
-absl::StatusOr<v1::Assembly> PartStore::GetAssembly(const std::string& id) const {
-  if (!IsHexId(id, 'a')) return absl::NotFoundError(absl::StrCat("no assembly ", id));
+absl::StatusOr<v1::Assembly> PartStore::ReadAssembly(const std::string& id) const {
   absl::StatusOr<std::string> bytes = ReadFileCapped(AssemblyPath(id), kMaxPartFileBytes);
   if (absl::IsNotFound(bytes.status())) {
     return absl::NotFoundError(absl::StrCat("no assembly ", id));
@@ -240,7 +234,16 @@ absl::StatusOr<v1::Assembly> PartStore::GetAssembly(const std::string& id) const
   if (!bytes.ok()) return bytes.status();
   v1::Assembly assembly;
   if (!assembly.ParseFromString(*bytes) || assembly.assembly_id() != id) {
-    return absl::NotFoundError(absl::StrCat("no assembly ", id, " (stored file damaged)"));
+    return absl::DataLossError(absl::StrCat("no assembly ", id, " (stored file damaged)"));
+  }
+  return assembly;
+}
+
+absl::StatusOr<v1::Assembly> PartStore::GetAssembly(const std::string& id) const {
+  if (!IsHexId(id, 'a')) return absl::NotFoundError(absl::StrCat("no assembly ", id));
+  absl::StatusOr<v1::Assembly> assembly = ReadAssembly(id);
+  if (absl::IsDataLoss(assembly.status())) {
+    return absl::NotFoundError(assembly.status().message());
   }
   return assembly;
 }
@@ -271,27 +274,15 @@ absl::Status PartStore::RemoveAssembly(const std::string& id) {
 
 absl::StatusOr<std::optional<std::string>> PartStore::FirstAssemblyWith(
     const std::string& part_id) const {
-  std::set<std::string> ids;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir_ + "/assemblies", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!absl::EndsWith(name, ".pb")) continue;
-    const std::string id = name.substr(0, name.size() - 3);
-    if (IsHexId(id, 'a')) ids.insert(id);
+  absl::StatusOr<std::set<std::string>> ids = IdsInFolder(dir_ + "/assemblies", 'a');
+  if (!ids.ok()) {
+    return absl::InternalError(absl::StrCat(ids.status().message(), ": nothing deleted"));
   }
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("the assemblies cannot be listed (", ec.message(), "): nothing deleted"));
-  }
-  for (const std::string& id : ids) {
-    absl::StatusOr<std::string> bytes = ReadFileCapped(AssemblyPath(id), kMaxPartFileBytes);
-    if (absl::IsNotFound(bytes.status())) continue;  // removed meanwhile
-    v1::Assembly assembly;
-    if (!bytes.ok() || !assembly.ParseFromString(*bytes) || assembly.assembly_id() != id) {
-      return absl::StrCat("assembly ", id, ", whose file is damaged (delete it)");
-    }
-    for (const v1::AssemblyInstance& inst : assembly.instances()) {
+  for (const std::string& id : *ids) {
+    absl::StatusOr<v1::Assembly> assembly = ReadAssembly(id);
+    if (absl::IsNotFound(assembly.status())) continue;  // removed meanwhile
+    if (!assembly.ok()) return absl::StrCat("assembly ", id, ", whose file is damaged (delete it)");
+    for (const v1::AssemblyInstance& inst : assembly->instances()) {
       if (inst.part_id() == part_id) return absl::StrCat("assembly ", id, " (delete it first)");
     }
   }

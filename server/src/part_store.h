@@ -116,6 +116,9 @@ class PartStore {
       : dir_(std::move(dir)), max_triangles_(max_triangles) {}
   [[nodiscard]] std::string PartPath(const std::string& id) const;
   [[nodiscard]] std::string AssemblyPath(const std::string& id) const;
+  // The stored assembly: NOT_FOUND when there is no file, DATA_LOSS when it does not parse or
+  // names another id, other errors of the read as they come.
+  [[nodiscard]] absl::StatusOr<v1::Assembly> ReadAssembly(const std::string& id) const;
 
   std::string dir_;
   std::size_t max_triangles_;

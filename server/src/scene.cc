@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -130,14 +130,13 @@ absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, Pa
   std::unique_ptr<SceneStore> store(new SceneStore(std::move(dir), parts));
   CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_));
   RemoveAbandonedTemporaries(store->dir_);
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(store->dir_, ec)) {
-    const std::string file = e.path().filename().string();
-    if (!absl::EndsWith(file, ".pb")) continue;
-    const std::string id = file.substr(0, file.size() - 3);
-    if (!IsHexId(id, 's')) continue;
+  // (A folder that cannot be listed serves no scene, as a first start would.)
+  absl::StatusOr<std::set<std::string>> ids = IdsInFolder(store->dir_, 's');
+  if (!ids.ok()) return store;
+  for (const std::string& id : *ids) {
+    const std::string path = store->ScenePath(id);
     auto scene = std::make_shared<Scene>(id);
-    absl::Status st = store->Load(e.path().string(), *scene);
+    absl::Status st = store->Load(path, *scene);
     if (absl::IsUnavailable(st)) {
       // The scene is sound; one of its parts is not (damaged, or above a lowered triangle
       // limit). Moved aside, the scene would be lost for good; kept, it is served again by
@@ -148,9 +147,10 @@ absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, Pa
       continue;
     }
     if (!st.ok()) {
-      LogLine(LogLevel::kError, absl::StrCat("scene store: cannot load ", e.path().string(), ": ",
-                                             st.ToString(), "; moved aside to .damaged"));
-      std::filesystem::rename(e.path(), e.path().string() + ".damaged", ec);
+      LogLine(LogLevel::kError, absl::StrCat("scene store: cannot load ", path, ": ", st.ToString(),
+                                             "; moved aside to .damaged"));
+      std::error_code ec;
+      std::filesystem::rename(path, path + ".damaged", ec);
       continue;
     }
     store->scenes_.emplace(id, std::move(scene));

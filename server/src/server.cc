@@ -16,6 +16,7 @@
 #include <set>
 #include <shared_mutex>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -86,30 +87,23 @@ absl::Time CallDeadline(const grpc::ServerContext* ctx, double max_seconds) {
   return std::min(server_max, absl::FromChrono(client));
 }
 
-// Tenant::part_uses_mu exclusively (DeletePart), waited for until `deadline`: an import holds
-// it shared while it builds and stores its parts.
-absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> LockPartUses(Tenant& t,
-                                                                       absl::Time deadline) {
-  std::unique_lock lock(t.part_uses_mu, absl::ToChronoTime(deadline));
+// Tenant::part_uses_mu as `Lock` (std::unique_lock for DeletePart; std::shared_lock for a call
+// that may begin a use of a part, taken before a query slot by every caller alike), waited for
+// until `deadline`: whichever holds it costs the other a call's time, never a thread for good.
+template <typename Lock>
+absl::StatusOr<Lock> LockPartUses(Tenant& t, absl::Time deadline) {
+  Lock lock(t.part_uses_mu, absl::ToChronoTime(deadline));
   if (!lock.owns_lock()) {
     return absl::DeadlineExceededError(
-        "the tenant's imports, uploads or instance additions still run: nothing deleted; try "
-        "again");
+        std::is_same_v<Lock, std::unique_lock<std::shared_timed_mutex>>
+            ? "the tenant's imports, uploads or instance additions still run: nothing deleted; "
+              "try again"
+            : "a DeletePart of the tenant still runs; try again");
   }
   return lock;
 }
-
-// Tenant::part_uses_mu shared (a call that may begin a use of a part), waited for until
-// `deadline`, so that a DeletePart holding it (for its scans) costs a call time, never a thread
-// for good. Taken before a query slot, by every caller alike.
-absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> SharePartUses(Tenant& t,
-                                                                        absl::Time deadline) {
-  std::shared_lock lock(t.part_uses_mu, absl::ToChronoTime(deadline));
-  if (!lock.owns_lock()) {
-    return absl::DeadlineExceededError("a DeletePart of the tenant still runs; try again");
-  }
-  return lock;
-}
+using SharedPartUses = std::shared_lock<std::shared_timed_mutex>;
+using AllPartUses = std::unique_lock<std::shared_timed_mutex>;
 
 // CANCELLED when the client cancelled the call (asks gRPC: ~20 µs, see MakeStop).
 absl::Status CancelledByClient(const grpc::ServerContext* ctx) {
@@ -315,8 +309,7 @@ struct ClashServer::Impl {
         // take a query slot, so that uploads cannot oversubscribe the cores.
         const absl::Time deadline = CallDeadline(ctx, impl_->config.max_query_seconds);
         // No DeletePart between the lookup of an equal part and the store.
-        CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> uses,
-                               SharePartUses(t, deadline));
+        CLASH_ASSIGN_OR_RETURN(SharedPartUses uses, LockPartUses<SharedPartUses>(t, deadline));
         const StopCheck stop = MakeStop(ctx, deadline);
         CLASH_ASSIGN_OR_RETURN(QuerySlot slot, impl_->AcquireQuerySlot(t, stop));
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, t.parts().Put(in));
@@ -417,8 +410,7 @@ struct ClashServer::Impl {
           return absl::NotFoundError(absl::StrCat("no part '", id, "'"));
         }
         const absl::Time deadline = CallDeadline(ctx, impl_->config.max_query_seconds);
-        CLASH_ASSIGN_OR_RETURN(std::unique_lock<std::shared_timed_mutex> no_new_uses,
-                               LockPartUses(t, deadline));
+        CLASH_ASSIGN_OR_RETURN(AllPartUses no_new_uses, LockPartUses<AllPartUses>(t, deadline));
         CLASH_ASSIGN_OR_RETURN(std::optional<std::string> user,
                                t.scenes().FirstUserOf(id, deadline));
         if (!user) {
@@ -796,8 +788,7 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
                                                v1::AddInstancesResponse* response) {
   const absl::Time deadline = CallDeadline(ctx, config.max_query_seconds);
   // No part these instances place can be deleted until they are stored.
-  CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> uses,
-                         SharePartUses(t, deadline));
+  CLASH_ASSIGN_OR_RETURN(SharedPartUses uses, LockPartUses<SharedPartUses>(t, deadline));
   // Resolve everything (parts, assemblies, poses) before taking the scene's lock; ids and
   // broad-phase fields are set when the instances are added.
   std::vector<InstanceRec> pending;
@@ -1056,8 +1047,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   absl::Status stored;
   {
     // No DeletePart of a part this import stores or its assembly names until both are stored.
-    CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> uses,
-                           SharePartUses(t, deadline));
+    CLASH_ASSIGN_OR_RETURN(SharedPartUses uses, LockPartUses<SharedPartUses>(t, deadline));
     Tenant::StorageReservation output_room;
     stored = StoreImportedAssembly(
         *imported, facts, t.parts(),

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -16,6 +17,22 @@ bool IsLowerHex(std::string_view s) {
 
 bool IsHexId(const std::string& id, char prefix) {
   return id.size() == 33 && id[0] == prefix && IsLowerHex(std::string_view(id).substr(1));
+}
+
+absl::StatusOr<std::set<std::string>> IdsInFolder(const std::string& dir, char prefix) {
+  std::set<std::string> ids;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!absl::EndsWith(name, ".pb")) continue;
+    std::string id = name.substr(0, name.size() - 3);
+    if (IsHexId(id, prefix)) ids.insert(std::move(id));
+  }
+  if (ec) {
+    return absl::InternalError(absl::StrCat(dir, " cannot be listed: ", ec.message()));
+  }
+  return ids;
 }
 
 std::string RandomHex(int words) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,11 @@ using cad::WriteFileAtomically;
 /// True for ids of the shape `prefix` + 32 lowercase hex digits (parts "p", assemblies "a",
 /// scenes "s"): the only names that become file names.
 [[nodiscard]] bool IsHexId(const std::string& id, char prefix);
+
+/// The ids (IsHexId with `prefix`) of the files "<id>.pb" in `dir`, in order. INTERNAL when the
+/// folder cannot be listed.
+[[nodiscard]] absl::StatusOr<std::set<std::string>> IdsInFolder(const std::string& dir,
+                                                                char prefix);
 
 /// `words` random 32-bit words as lowercase hex (8 digits each).
 [[nodiscard]] std::string RandomHex(int words);

@@ -57,13 +57,9 @@ absl::StatusOr<std::uint64_t> Tenant::FreeStorage(std::uint64_t more) const {
   const bool could_fit = more <= quota && reserved_ <= quota - more;
   if (could_fit && used > quota - more - reserved_ && import_cache_) {
     // The import cache is only a cache: its least recently used entries make room first, when
-    // they can (a write that would not fit without any is refused with the cache left whole).
-    // Evict takes no lock of the cache: a cache store may be what asks here.
-    const std::uint64_t cached = import_cache_->SizeBytes();
-    if (used - std::min(used, cached) <= quota - more - reserved_ &&
-        import_cache_->Evict(used - (quota - more - reserved_)) > 0) {
-      used = StorageBytes();
-    }
+    // they can (Evict leaves them all when the write would not fit even without them). It takes
+    // no lock of the cache: a cache store may be what asks here.
+    if (import_cache_->Evict(used - (quota - more - reserved_)) > 0) used = StorageBytes();
   }
   if (!could_fit || used > quota - more - reserved_) {
     return absl::ResourceExhaustedError(absl::StrCat(

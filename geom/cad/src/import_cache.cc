@@ -178,8 +178,7 @@ std::string EncodeEntry(const T& value) {
 
 // An entry file of the folder.
 struct EntryFile {
-  std::string path;
-  std::string name;  // the file name: "<key>.clshmesh" or "<key>.clshasm"
+  std::string name;  // the file name in the folder: "<key>.clshmesh" or "<key>.clshasm"
   std::uint64_t size = 0;
   timespec used{};  // the file's modification time: when it was stored or last loaded
 };
@@ -199,8 +198,7 @@ std::vector<EntryFile> ListEntries(const std::string& dir) {
     }
     struct stat st {};
     if (lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    out.push_back(
-        {p.string(), p.filename().string(), static_cast<std::uint64_t>(st.st_size), st.st_mtim});
+    out.push_back({p.filename().string(), static_cast<std::uint64_t>(st.st_size), st.st_mtim});
   }
   std::sort(out.begin(), out.end(), [](const EntryFile& a, const EntryFile& b) {
     return std::tie(a.used.tv_sec, a.used.tv_nsec, a.name) <
@@ -209,13 +207,14 @@ std::vector<EntryFile> ListEntries(const std::string& dir) {
   return out;
 }
 
-// Removes `entries` in order until `bytes` are freed; returns the bytes freed. An entry that
-// is already gone (another store or an Evict took it) counts as freed: its bytes are.
-std::uint64_t RemoveUntilFreed(const std::vector<EntryFile>& entries, std::uint64_t bytes) {
+// Removes `entries` of `dir` in order until `bytes` are freed; returns the bytes freed. An
+// entry that is already gone (another store or an Evict took it) counts as freed: its bytes are.
+std::uint64_t RemoveUntilFreed(const std::string& dir, const std::vector<EntryFile>& entries,
+                               std::uint64_t bytes) {
   std::uint64_t freed = 0;
   for (const EntryFile& e : entries) {
     if (freed >= bytes) break;
-    if (unlink(e.path.c_str()) == 0 || errno == ENOENT) freed += e.size;
+    if (unlink((dir + "/" + e.name).c_str()) == 0 || errno == ENOENT) freed += e.size;
   }
   return freed;
 }
@@ -271,7 +270,7 @@ absl::Status ImportCache::StoreBounded(std::string_view key, const T& value) con
                                                      options_.max_bytes, " bytes"));
   }
   const std::string path = EntryPath(dir_, key, kKindOf<T>);
-  const std::string name = std::filesystem::path(path).filename().string();
+  const std::string name = path.substr(dir_.size() + 1);
   std::lock_guard lock(*store_mu_);
   std::vector<EntryFile> entries = ListEntries(dir_);
   // An entry of the same key is replaced by the rename: its bytes do not stay.
@@ -279,7 +278,7 @@ absl::Status ImportCache::StoreBounded(std::string_view key, const T& value) con
   const std::uint64_t total = TotalSize(entries);
   if (total > options_.max_bytes - size) {
     const std::uint64_t excess = total - (options_.max_bytes - size);
-    if (RemoveUntilFreed(entries, excess) < excess) {
+    if (RemoveUntilFreed(dir_, entries, excess) < excess) {
       return absl::ResourceExhaustedError(
           absl::StrCat("import cache: older entries in ", dir_, " cannot be removed to make room"));
     }
@@ -314,7 +313,9 @@ absl::Status ImportCache::StoreAssembly(std::string_view key,
 std::uint64_t ImportCache::SizeBytes() const { return TotalSize(ListEntries(dir_)); }
 
 std::uint64_t ImportCache::Evict(std::uint64_t bytes) const {
-  return bytes == 0 ? 0 : RemoveUntilFreed(ListEntries(dir_), bytes);
+  if (bytes == 0) return 0;
+  const std::vector<EntryFile> entries = ListEntries(dir_);
+  return TotalSize(entries) < bytes ? 0 : RemoveUntilFreed(dir_, entries, bytes);
 }
 
 absl::StatusOr<CachedImport> ImportWithCache(const std::string& path,

@@ -95,10 +95,11 @@ class ImportCache {
   /// Bytes of the entries in the folder now.
   [[nodiscard]] std::uint64_t SizeBytes() const;
 
-  /// Removes entries, least recently used first, until `bytes` are freed or none is left;
-  /// returns the bytes freed. Entries are only a cache: a disk quota can take its room back.
-  /// Takes no lock (concurrent removals only find files gone), so that a reserve callback,
-  /// which runs inside a store, may call it.
+  /// Removes entries, least recently used first, until `bytes` are freed; returns the bytes
+  /// freed. When all of them together are fewer bytes, it removes none (and returns 0): a room
+  /// the cache cannot make is not worth its entries. Entries are only a cache: a disk quota can
+  /// take its room back. Takes no lock (concurrent removals only find files gone), so that a
+  /// reserve callback, which runs inside a store, may call it.
   std::uint64_t Evict(std::uint64_t bytes) const;
 
   /// The folder.
