@@ -106,9 +106,9 @@ absl::StatusOr<std::unique_ptr<PartStore>> PartStore::Open(std::string dir,
   CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_ + "/assemblies"));
   RemoveAbandonedTemporaries(store->dir_ + "/parts");
   RemoveAbandonedTemporaries(store->dir_ + "/assemblies");
-  // (A folder that cannot be listed serves no part, as a first start would.)
-  absl::StatusOr<std::set<std::string>> ids = IdsInFolder(store->dir_ + "/parts", 'p');
-  if (ids.ok()) store->ids_ = *std::move(ids);
+  // A folder that cannot be listed fails the open: serving no part would leave the tenant's
+  // scenes unserved and its parts unknown.
+  CLASH_ASSIGN_OR_RETURN(store->ids_, IdsInFolder(store->dir_ + "/parts", 'p'));
   return store;
 }
 

@@ -130,23 +130,25 @@ absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, Pa
   std::unique_ptr<SceneStore> store(new SceneStore(std::move(dir), parts));
   CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_));
   RemoveAbandonedTemporaries(store->dir_);
-  // (A folder that cannot be listed serves no scene, as a first start would.)
-  absl::StatusOr<std::set<std::string>> ids = IdsInFolder(store->dir_, 's');
-  if (!ids.ok()) return store;
-  for (const std::string& id : *ids) {
+  // A folder that cannot be listed fails the open: serving no scene would hide the ones on
+  // disk, from clients and from DeletePart's check of the parts they use.
+  CLASH_ASSIGN_OR_RETURN(const std::set<std::string> ids, IdsInFolder(store->dir_, 's'));
+  for (const std::string& id : ids) {
     const std::string path = store->ScenePath(id);
     auto scene = std::make_shared<Scene>(id);
     absl::Status st = store->Load(path, *scene);
-    if (absl::IsUnavailable(st)) {
-      // The scene is sound; one of its parts is not (damaged, or above a lowered triangle
-      // limit). Moved aside, the scene would be lost for good; kept, it is served again by
-      // the first start at which its parts load.
+    if (absl::IsNotFound(st)) continue;  // removed since the listing
+    if (!st.ok() && !absl::IsDataLoss(st) && !absl::IsInvalidArgument(st)) {
+      // The file may be sound: one of its parts does not load (damaged, or above a lowered
+      // triangle limit), or the file itself does not read now (permissions, I/O). Moved
+      // aside, the scene would be lost for good; kept, it is served again by the first start
+      // at which it and its parts load, and it holds every part it may name meanwhile.
       LogLine(LogLevel::kError, absl::StrCat("scene store: scene ", id, " is not served: ",
                                              st.message(), "; its file is kept"));
       store->unserved_.emplace(id, std::string(st.message()));
       continue;
     }
-    if (!st.ok()) {
+    if (!st.ok()) {  // the file reads but is not a scene: damaged
       LogLine(LogLevel::kError, absl::StrCat("scene store: cannot load ", path, ": ", st.ToString(),
                                              "; moved aside to .damaged"));
       std::error_code ec;

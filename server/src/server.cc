@@ -1110,11 +1110,17 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   // at start, not on a first call.
   {
     std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(impl->tenants->root(), ec)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.is_directory() && IsTenantName(name)) {
+    for (auto it = std::filesystem::directory_iterator(impl->tenants->root(), ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code type_ec;
+      if (it->is_directory(type_ec) && IsTenantName(name)) {
         CLASH_RETURN_IF_ERROR(impl->tenants->Get(name).status());
       }
+    }
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat(impl->tenants->root(), " cannot be listed: ", ec.message()));
     }
   }
 

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1586,6 +1587,75 @@ TEST_F(ServerTest, ASceneWhosePartDoesNotLoadIsKeptForALaterStart) {
   EXPECT_THAT(client_->GetScene(scene), StatusIs(absl::StatusCode::kNotFound, ""));
   Restart();
   EXPECT_THAT(client_->GetScene(scene), StatusIs(absl::StatusCode::kNotFound, ""));
+}
+
+// At a start, a scene file that does not parse is moved aside as damaged, but one that cannot
+// be read now (here a symbolic link, which the store does not follow; on a server, a file
+// whose permissions a restore got wrong) is kept and not served: it holds its parts, and the
+// first start at which it reads serves it again. Before, both were moved aside.
+TEST_F(ServerTest, AtAStartASceneFileThatDoesNotReadIsKeptAndOneThatDoesNotParseMovedAside) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string garbled = NewScene();
+  const std::string unreadable = NewScene();
+  Place(garbled, box, RigidTransform::Identity(), "a");
+  Place(unreadable, box, RigidTransform::Identity(), "b");
+  client_.reset();
+  server_.reset();
+  const std::string scenes = dir_ + "/data/tenants/local/scenes/";
+  { std::ofstream(scenes + garbled + ".pb", std::ios::trunc) << "not a scene"; }
+  const std::string aside = dir_ + "/scene-file-elsewhere.pb";
+  std::filesystem::rename(scenes + unreadable + ".pb", aside);
+  std::filesystem::create_symlink(aside, scenes + unreadable + ".pb");
+  Start();
+  EXPECT_THAT(client_->GetScene(garbled), StatusIs(absl::StatusCode::kNotFound, ""));
+  EXPECT_TRUE(std::filesystem::exists(scenes + garbled + ".pb.damaged"));
+  EXPECT_THAT(client_->GetScene(unreadable),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "is not served"));
+  EXPECT_TRUE(std::filesystem::is_symlink(scenes + unreadable + ".pb"));
+  EXPECT_FALSE(std::filesystem::exists(scenes + unreadable + ".pb.damaged"));
+  auto listed = client_->ListScenes();
+  ASSERT_THAT(listed.status(), IsOk());
+  EXPECT_EQ(listed->size(), 0u);  // (only served scenes are listed)
+  EXPECT_THAT(client_->DeletePart(box), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                 unreadable + ", which is not served"));
+  client_.reset();
+  server_.reset();
+  std::filesystem::remove(scenes + unreadable + ".pb");
+  std::filesystem::rename(aside, scenes + unreadable + ".pb");
+  Start();
+  auto s = client_->GetScene(unreadable);
+  ASSERT_THAT(s.status(), IsOk());
+  EXPECT_EQ(s->instance_count(), 1u);
+}
+
+// A store folder that cannot be listed fails the store's open (and so the start): serving no
+// part or scene would hide those on disk, also from DeletePart's check of a part's users.
+// Here no file descriptor is left to list with (root lists any folder its permissions forbid).
+TEST_F(ServerTest, AStoreFolderThatCannotBeListedFailsItsOpen) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  Place(NewScene(), box, RigidTransform::Identity(), "a");
+  client_.reset();
+  server_.reset();
+  const std::string tenant = dir_ + "/data/tenants/local";
+  auto parts = PartStore::Open(tenant, ServerConfig{}.max_part_triangles);
+  ASSERT_THAT(parts.status(), IsOk());
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  const int lowest_free = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(lowest_free, 0);
+  close(lowest_free);
+  rlimit none_left = old;
+  none_left.rlim_cur = static_cast<rlim_t>(lowest_free);  // the next descriptor is beyond it
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &none_left), 0);
+  auto parts_again = PartStore::Open(tenant, ServerConfig{}.max_part_triangles);
+  auto scenes = SceneStore::Open(tenant + "/scenes", parts->get());
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  EXPECT_THAT(parts_again.status(), StatusIs(absl::StatusCode::kInternal, "cannot be listed"));
+  EXPECT_THAT(scenes.status(), StatusIs(absl::StatusCode::kInternal, "cannot be listed"));
+  // With descriptors again, both open and the scene is served.
+  scenes = SceneStore::Open(tenant + "/scenes", parts->get());
+  ASSERT_THAT(scenes.status(), IsOk());
+  EXPECT_EQ((*scenes)->List("", 10).size(), 1u);
 }
 
 // Instance paths and names are at most 64 KiB: the scene's file is read back with a cap, and
