@@ -22,6 +22,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "auth.h"
@@ -86,6 +87,41 @@ absl::Time CallDeadline(const grpc::ServerContext* ctx, double max_seconds) {
   if (client == std::chrono::system_clock::time_point::max()) return server_max;
   return std::min(server_max, absl::FromChrono(client));
 }
+
+// Cancels a call when its deadline passes, from a thread of its own. A server stream's Write
+// has no deadline: to a client that stops reading (its flow-control window full) it blocks for
+// good, holding the call's query slot and its scene's lock; cancelled, it returns.
+class CancelAtDeadline {
+ public:
+  CancelAtDeadline(grpc::ServerContext* ctx, absl::Time deadline)
+      : thread_([this, ctx, deadline] {
+          absl::MutexLock lock(&mu_);
+          if (!mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) {
+            fired_ = true;
+            ctx->TryCancel();
+          }
+        }) {}
+  CancelAtDeadline(const CancelAtDeadline&) = delete;
+  CancelAtDeadline& operator=(const CancelAtDeadline&) = delete;
+  ~CancelAtDeadline() {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    thread_.join();
+  }
+  /// Whether it cancelled the call.
+  [[nodiscard]] bool fired() {
+    absl::MutexLock lock(&mu_);
+    return fired_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool done_ = false;   // guarded by mu_
+  bool fired_ = false;  // guarded by mu_
+  std::thread thread_;
+};
 
 // Tenant::part_uses_mu as `Lock` (std::unique_lock for DeletePart; std::shared_lock for a call
 // that may begin a use of a part, taken before a query slot by every caller alike), waited for
@@ -636,13 +672,22 @@ struct ClashServer::Impl {
                                   const v1::ValidateSequenceRequest* request,
                                   grpc::ServerWriter<v1::ValidateSequenceEvent>* writer) override {
       return impl_->Serve(ctx, "ValidateSequence", [&](Tenant& t) {
-        return impl_->RunQuery(
+        // A second after RunQuery's deadline: a sequence whose client reads ends at that
+        // deadline by itself, with DEADLINE_EXCEEDED.
+        CancelAtDeadline watchdog(
+            ctx, CallDeadline(ctx, impl_->config.max_sequence_seconds) + absl::Seconds(1));
+        absl::Status status = impl_->RunQuery(
             t, ctx, request->scene_id(),
             [&](const Scene& scene, const StopCheck& stop) {
               return RunSequence(scene, *request, stop,
                                  [&](const v1::ValidateSequenceEvent& e) { writer->Write(e); });
             },
             impl_->config.max_sequence_seconds);
+        if (watchdog.fired()) {
+          return absl::DeadlineExceededError(
+              "the client did not read the results before the deadline (call cancelled)");
+        }
+        return status;
       });
     }
 
@@ -669,7 +714,11 @@ struct ClashServer::Impl {
     CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(scene_id));
     CLASH_ASSIGN_OR_RETURN(QuerySlot slot, AcquireQuerySlot(t, stop));
     CLASH_RETURN_IF_ERROR(stop());
-    std::shared_lock lock(scene->mu);
+    std::shared_lock lock(scene->mu, absl::ToChronoTime(deadline));
+    if (!lock.owns_lock()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("scene ", scene_id, " is busy (an edit holds it); try again"));
+    }
     return fn(*scene, stop);
   }
 

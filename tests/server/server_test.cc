@@ -35,6 +35,7 @@
 #include "clash/geom/interference.h"
 #include "clash/geom/query.h"
 #include "clash/geom/status_macros.h"
+#include "clash/v1/sequences.grpc.pb.h"
 #include "convert.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -1998,6 +1999,66 @@ TEST_F(ServerTest, FullImportQueueIsResourceExhaustedAtOnce) {
   EXPECT_THAT(second_status.error_message(), ::testing::HasSubstr("queue full"));
   first_ctx.TryCancel();
   first->Finish();
+}
+
+// A sequence whose client stops reading (no deadline of its own, its flow-control window
+// full) blocks the server's stream write; it is cancelled a second after the server's
+// sequence time limit, which frees its query slot and its scene: a query waiting for the only
+// slot then runs, and the scene takes edits. Before, the write blocked for good.
+TEST_F(ServerTest, ASequenceWhoseClientStopsReadingEndsAfterTheTimeLimit) {
+  ServerConfig config;
+  config.query_slots = 1;
+  config.max_sequence_seconds = 2;
+  Restart(config);
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  // 400 boxes 10 mm apart, each moved 0.5 mm by a step of its own.
+  v1::AddInstancesRequest add;
+  add.set_scene_id(scene);
+  for (int i = 0; i < 400; ++i) {
+    v1::PartPlacement* p = add.add_parts();
+    p->set_part_id(box);
+    p->set_path("m" + std::to_string(i));
+    *p->mutable_pose() = ToPose(RigidTransform::Translation(Vec3(10.0 * i, 0, 0)));
+  }
+  auto added = client_->AddInstances(add);
+  ASSERT_THAT(added.status(), IsOk());
+  const uint64_t mover = added->instances(0).instance_id();
+  v1::ValidateSequenceRequest req;
+  req.set_scene_id(scene);
+  for (int i = 0; i < 400; ++i) {  // ~400 KB of results, far beyond a 16 KB window
+    v1::SequenceStep* step = req.add_steps();
+    step->set_name(std::string(1000, static_cast<char>('a' + i % 26)));
+    step->mutable_moving()->add_path_prefixes("m" + std::to_string(i));
+    step->mutable_motion()->mutable_linear()->mutable_direction()->set_x(1);
+    step->mutable_motion()->mutable_linear()->set_distance_mm(0.5);
+  }
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 * 1024);
+  auto stub = v1::SequenceService::NewStub(grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext stalled;  // no deadline
+  auto reader = stub->ValidateSequence(&stalled, req);
+  v1::ValidateSequenceEvent first;
+  ASSERT_TRUE(reader->Read(&first));  // the call runs; nothing more is read
+  const absl::Time start = absl::Now();
+  v1::InterferenceRequest check;
+  check.set_scene_id(scene);
+  EXPECT_THAT(client_->CheckInterference(check).status(), IsOk());
+  // It waited for the stalled sequence's slot: the limit and the second after it (before the
+  // fix, the whole 60 s of its own deadline, and then failed).
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(1500));
+  EXPECT_LE(absl::Now() - start, absl::Seconds(20));
+  v1::SetPosesRequest move;
+  move.set_scene_id(scene);
+  v1::PoseUpdate* update = move.add_poses();
+  update->set_instance_id(mover);
+  *update->mutable_pose() = ToPose(RigidTransform::Translation(Vec3(5, 0, 0)));
+  EXPECT_THAT(client_->SetPoses(move).status(), IsOk());
+  while (reader->Read(&first)) {
+  }
+  EXPECT_FALSE(reader->Finish().ok());
 }
 
 // A peg lowered through a tube: a narrow one passes, a wide one is blocked where it reaches the
