@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-part-triangles", config.max_part_triangles,
                  "Triangles of one uploaded part, or of all parts of an import")
       ->capture_default_str();
+  app.add_option("--max-scene-instances", config.max_scene_instances,
+                 "Instances one scene may hold")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100'000'000}));
   app.add_option("--max-query-seconds", config.max_query_seconds,
                  "Deadline of a query when the client sets none or a later one")
       ->capture_default_str()

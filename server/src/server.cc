@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -842,6 +843,26 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
   // broad-phase fields are set when the instances are added.
   std::vector<InstanceRec> pending;
   const StopCheck stop = MakeStop(ctx, deadline);
+  // Counted as they are resolved, so that a request placing a large assembly many times is
+  // refused before it is built: the instances (at most --max-scene-instances) and the answer,
+  // which lists each (path, name, groups and ~250 bytes of ids, pose and box), within the
+  // message limit, so that an edit is never stored with an answer gRPC cannot send.
+  std::size_t answer_bytes = 0;
+  const auto admit = [&](const InstanceRec& item) -> absl::Status {
+    answer_bytes += 250 + item.path.size() + item.name.size();
+    for (const std::string& g : item.groups) answer_bytes += g.size() + 2;
+    if (pending.size() + 1 > config.max_scene_instances) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the request places more than ", config.max_scene_instances,
+                       " instances, the most a scene may hold (--max-scene-instances)"));
+    }
+    if (answer_bytes > config.max_message_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the answer would list ", pending.size() + 1, " instances in more than ",
+          config.max_message_bytes, " bytes (--max-message-bytes): add fewer per call"));
+    }
+    return stop();
+  };
   for (int i = 0; i < request.parts_size(); ++i) {
     const v1::PartPlacement& p = request.parts(i);
     InstanceRec item;
@@ -855,11 +876,18 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
     item.enabled = !p.disabled();
     for (const std::string& g : p.groups()) CLASH_RETURN_IF_ERROR(CheckGroupName(g));
     item.groups.insert(p.groups().begin(), p.groups().end());
+    CLASH_RETURN_IF_ERROR(admit(item));
     pending.push_back(std::move(item));
   }
+  std::map<std::string, v1::Assembly> assemblies;  // each read once
   for (int i = 0; i < request.assemblies_size(); ++i) {
     const v1::AssemblyPlacement& a = request.assemblies(i);
-    CLASH_ASSIGN_OR_RETURN(v1::Assembly assembly, t.parts().GetAssembly(a.assembly_id()));
+    auto read = assemblies.find(a.assembly_id());
+    if (read == assemblies.end()) {
+      CLASH_ASSIGN_OR_RETURN(v1::Assembly assembly, t.parts().GetAssembly(a.assembly_id()));
+      read = assemblies.emplace(a.assembly_id(), std::move(assembly)).first;
+    }
+    const v1::Assembly& assembly = read->second;
     CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X_WA,
                            PoseFromProto(a.pose(), absl::StrCat("assemblies[", i, "].pose")));
     for (const std::string& g : a.groups()) CLASH_RETURN_IF_ERROR(CheckGroupName(g));
@@ -872,10 +900,17 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
           a.path_prefix().empty() ? inst.path() : absl::StrCat(a.path_prefix(), "/", inst.path());
       item.name = inst.name();
       item.groups.insert(a.groups().begin(), a.groups().end());
+      CLASH_RETURN_IF_ERROR(admit(item));
       pending.push_back(std::move(item));
     }
   }
   return EditScene(t, ctx, request.scene_id(), response, true, [&](Scene& scene) -> absl::Status {
+    if (scene.instances.size() + pending.size() > config.max_scene_instances) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("scene ", scene.id(), " would hold ",
+                       scene.instances.size() + pending.size(), " instances, above the limit of ",
+                       config.max_scene_instances, " (--max-scene-instances)"));
+    }
     std::set<std::string> new_paths;
     uint64_t next_id = scene.next_instance_id;
     for (InstanceRec& item : pending) {

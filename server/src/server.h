@@ -37,6 +37,8 @@ struct ServerConfig {
   std::size_t max_message_bytes = std::size_t{256} << 20;
   /// Triangle cap: per part for uploads, over all parts of the assembly for imports.
   std::size_t max_part_triangles = 20'000'000;
+  /// Instances one scene may hold (AddInstances beyond it: RESOURCE_EXHAUSTED).
+  std::size_t max_scene_instances = 1'000'000;
   /// Server-side deadline when the client sends none (or a later one), per kind of call.
   double max_query_seconds = 60;
   double max_import_seconds = 300;

@@ -1886,6 +1886,63 @@ TEST_F(ServerTest, DeletePartTakesOnlyUnusedParts) {
   EXPECT_THAT(client_->GetPart(pin).status(), IsOk());
 }
 
+// AddInstances is bounded before it builds anything: a scene holds at most
+// --max-scene-instances, and the answer, which lists every instance added, must fit the
+// message limit. Before, a small request placing an assembly many times built every instance
+// (memory without bound) and stored the edit even when gRPC could not send its answer.
+TEST_F(ServerTest, AddInstancesIsBoundedBeforeItBuildsAnything) {
+  ServerConfig config;
+  config.max_scene_instances = 20;
+  Restart(config);
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  const auto boxes = [&](int first, int count) {
+    v1::AddInstancesRequest add;
+    add.set_scene_id(scene);
+    for (int i = first; i < first + count; ++i) {
+      v1::PartPlacement* p = add.add_parts();
+      p->set_part_id(box);
+      p->set_path("b" + std::to_string(i));
+    }
+    return client_->AddInstances(add).status();
+  };
+  EXPECT_THAT(boxes(0, 21), StatusIs(absl::StatusCode::kResourceExhausted, "more than 20"));
+  EXPECT_THAT(boxes(0, 15), IsOk());
+  EXPECT_THAT(boxes(15, 6), StatusIs(absl::StatusCode::kResourceExhausted, "would hold 21"));
+  EXPECT_THAT(boxes(15, 5), IsOk());
+  auto s = client_->GetScene(scene);
+  ASSERT_THAT(s.status(), IsOk());
+  EXPECT_EQ(s->instance_count(), 20u);
+
+  const std::string file = std::string(CLASH_CAD_DATA_DIR) + "/as1-oc-214-mat.stp";
+  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << " (../shared absent)";
+  config = {};
+  config.max_message_bytes = std::size_t{1} << 20;
+  Restart(config);
+  auto imported = client_->ImportCad(file);
+  ASSERT_THAT(imported.status(), IsOk());
+  ASSERT_EQ(imported->assembly().instances_size(), 18);
+  const std::string as1 = NewScene();
+  const auto assemblies = [&](int count) {
+    v1::AddInstancesRequest add;  // ~1 KB per placement, ~23 KB of answer
+    add.set_scene_id(as1);
+    for (int i = 0; i < count; ++i) {
+      v1::AssemblyPlacement* a = add.add_assemblies();
+      a->set_assembly_id(imported->assembly().assembly_id());
+      a->set_path_prefix(std::to_string(i) + std::string(1000, 'p'));
+    }
+    return client_->AddInstances(add);
+  };
+  EXPECT_THAT(assemblies(100).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "add fewer per call"));
+  s = client_->GetScene(as1);
+  ASSERT_THAT(s.status(), IsOk());
+  EXPECT_EQ(s->instance_count(), 0u);  // nothing stored
+  auto added = assemblies(10);
+  ASSERT_THAT(added.status(), IsOk());
+  EXPECT_EQ(added->instances_size(), 180);
+}
+
 // An imported assembly holds its parts: they go once it is deleted (and no scene places them);
 // importing the file again brings both back under the same ids.
 TEST_F(ServerTest, DeleteAssemblyReleasesItsParts) {
