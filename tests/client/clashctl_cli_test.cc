@@ -232,6 +232,7 @@ class FakeQueries final : public v1::QueryService::Service {
     std::lock_guard lock(r_->mu);
     ++r_->calls;
     r_->interference = *request;
+    if (request->scene_id() == "gone") return {grpc::StatusCode::NOT_FOUND, "no scene gone"};
     *response = r_->interference_answer;
     return grpc::Status::OK;
   }
@@ -479,6 +480,38 @@ TEST_F(ClashctlCli, CheckJsonAndJunit) {
   const Result unwritable = Cli({"check", "s42", "--junit", "/nonexistent-dir/x.xml"});
   EXPECT_EQ(unwritable.code, kExitUsage);
   EXPECT_THAT(unwritable.err, HasSubstr("cannot write /nonexistent-dir/x.xml"));
+}
+
+// A --junit run whose call fails writes a report of that error over the file, so a CI job
+// that publishes JUnit files whatever the exit code never shows an earlier run's (green)
+// report; before, the file was left as it was.
+TEST_F(ClashctlCli, AFailedCallReplacesTheJunitReportWithItsError) {
+  const std::string junit = TempPath("clashctl_cli_failed.xml");
+  const auto stale = [&] {
+    std::ofstream(junit, std::ios::trunc) << "<testsuites><testsuite name=\"old\" tests=\"1\"/>";
+  };
+  const auto read = [&] {
+    std::ifstream in(junit);
+    std::stringstream xml;
+    xml << in.rdbuf();
+    return xml.str();
+  };
+  stale();
+  EXPECT_EQ(Cli({"check", "gone", "--junit", junit}).code, kExitError);
+  std::string xml = read();
+  EXPECT_THAT(xml, Not(HasSubstr("old")));
+  EXPECT_THAT(xml, HasSubstr("<testsuite name=\"interference gone\" tests=\"1\" failures=\"0\" "
+                             "errors=\"1\">"));
+  EXPECT_THAT(xml, HasSubstr("<error type=\"NOT_FOUND\" message=\"clashctl: NOT_FOUND: no scene "
+                             "gone\"/>"));
+  stale();
+  const std::string sequence = TempPath("clashctl_cli_failed.json");
+  std::ofstream(sequence, std::ios::trunc) << "{}";
+  EXPECT_EQ(Cli({"validate", "s42", sequence, "--junit", junit}).code, kExitError);
+  xml = read();
+  EXPECT_THAT(xml, Not(HasSubstr("old")));
+  EXPECT_THAT(xml, HasSubstr("<testsuite name=\"sequence s42\""));
+  EXPECT_THAT(xml, HasSubstr("<error type=\"UNIMPLEMENTED\""));
 }
 
 TEST_F(ClashctlCli, UsageErrorsExitTwoWithoutCallingTheServer) {

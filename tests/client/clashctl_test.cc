@@ -111,6 +111,9 @@ TEST(ParseSelector, RejectsBadItems) {
       {"1,", "empty item"},
       {"group:", "names no group"},
       {"path:", "names no path prefix"},
+      {"path:as1/plate_1/",
+       "ends with '/' (a prefix matches whole path segments: write "
+       "path:as1/plate_1)"},
       {"all,3", "'all' cannot be combined"},
   };
   for (const auto& c : cases) {
@@ -299,6 +302,26 @@ TEST(ParseAllowRule, RejectsMalformedRules) {
               StatusIs(absl::StatusCode::kInvalidArgument, "'abc' is not an instance id"));
   EXPECT_THAT(ParseAllowRule("x=1/2:bogus"),
               StatusIs(absl::StatusCode::kInvalidArgument, "unknown clash class 'bogus'"));
+}
+
+// A side left empty by a stray '/' or ':' would be every instance, and the rule would suppress
+// the other side's clashes with everything (a real HARD clash reported as suppressed, and
+// check's exit code 0): every side must be written, `all` for every instance.
+TEST(ParseAllowRule, RejectsEmptySides) {
+  for (const char* text : {"x=", "x= ", "x=:hard", "x=1/", "x=/2", "x=1/:hard", "x=/"}) {
+    EXPECT_THAT(ParseAllowRule(text), StatusIs(absl::StatusCode::kInvalidArgument, "allow rule"))
+        << text;
+  }
+  EXPECT_THAT(ParseAllowRule("fit=path:as1/plate_1/"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "ends with '/'"));
+  EXPECT_THAT(ParseAllowRule("x=:hard"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "':hard' is not an instance id"));
+  EXPECT_THAT(ParseAllowRule("x="), StatusIs(absl::StatusCode::kInvalidArgument, "write all"));
+  absl::StatusOr<v1::AllowedInterference> r = ParseAllowRule("x=1/all");
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->a().instance_ids(), ElementsAre(1u));
+  ASSERT_TRUE(r->has_b());
+  EXPECT_EQ(r->b().ByteSizeLong(), 0u);
 }
 
 TEST(ParseClashClass, NamesAnyCase) {
@@ -577,6 +600,65 @@ TEST(ToJson, ProtoFieldNamesAndZeroValues) {
   EXPECT_EQ(j["clashes"][0]["path_a"], "as1/bolt:1");
   EXPECT_EQ(j["clashes"][2]["depth_mm"], 0);                       // printed although zero
   EXPECT_FALSE(j["tolerances"].contains("contact_tolerance_mm"));  // unset optional stays out
+}
+
+// --json escapes every character outside printable ASCII, so names from CAD files (DEL, and
+// C1 controls such as U+0092, which a CP1252 right quote becomes) pass stdout's control filter
+// unchanged and parse back as they were; before, nlohmann's dump wrote them raw and the filter
+// turned them into '?'.
+TEST(DumpJson, EscapesWhatTheControlFilterWouldReplace) {
+  v1::Instance instance;
+  const std::string path = "as1/nut\xc2\x92s\x7f/b\xc3\xa4r\x1b[2J";
+  instance.set_path(path);
+  const std::string text =
+      DumpJson(nlohmann::ordered_json{{"instances", {ToJsonValue(instance)}}, {"n", path}});
+  EXPECT_EQ(WithoutControls(text, "\n"), text);
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    EXPECT_TRUE(c == '\n' || (u >= 0x20 && u < 0x7f)) << static_cast<int>(u);
+  }
+  const nlohmann::ordered_json back = nlohmann::ordered_json::parse(text);
+  EXPECT_EQ(back["instances"][0]["path"], path);
+  EXPECT_EQ(back["n"], path);
+}
+
+// A step the sweep could not decide (its iteration cap) is counted as blocked by the server,
+// but it is not blocked by anything: the table and the JUnit report say UNDECIDED / undecided
+// and why, instead of BLOCKED with no blocker, which sent users looking for a collision.
+TEST(FormatSequence, OkBlockedAndUndecidedSteps) {
+  std::vector<v1::StepResult> steps(3);
+  steps[0].set_step_index(0);
+  steps[0].set_name("insert pin");
+  steps[0].set_ok(true);
+  steps[0].set_first_contact_t(-1);
+  steps[0].set_min_clearance_mm(0.25);
+  steps[0].set_min_clearance_path("as1/plate");
+  steps[1].set_step_index(1);
+  steps[1].set_name("insert bolt");
+  steps[1].set_blocked_t(0.5);
+  v1::Blocker* b = steps[1].add_blockers();
+  b->set_path("as1/nut");
+  b->set_clash_class(v1::HARD);
+  steps[2].set_step_index(2);
+  steps[2].set_blocked_t(0.75);
+  steps[2].set_undecided(true);
+  v1::SequenceSummary summary;
+  summary.set_steps(3);
+  summary.set_steps_ok(1);
+  summary.set_steps_blocked(2);
+  summary.set_first_blocked_step(1);
+  const std::string table = FormatSequence(steps, summary);
+  EXPECT_THAT(table, HasSubstr("insert pin"));
+  EXPECT_THAT(table, HasSubstr("BLOCKED     0.5000"));
+  EXPECT_THAT(table, HasSubstr("as1/nut (HARD)"));
+  EXPECT_THAT(table, HasSubstr("step 3                       UNDECIDED    0.7500"));
+  EXPECT_THAT(table, HasSubstr("not decided: the sweep reached its iteration cap"));
+  EXPECT_THAT(table, HasSubstr("3 steps: 1 ok, 2 blocked, 0 not run; first blocked: step 2"));
+  const std::string junit = SequenceJunitReport("s1", steps, summary);
+  EXPECT_THAT(junit, HasSubstr("<failure message=\"blocked at t=0.5\">as1/nut (HARD)</failure>"));
+  EXPECT_THAT(junit,
+              HasSubstr("<failure message=\"undecided at t=0.75\">not decided: the sweep "
+                        "reached its iteration cap (the path is not proven free)</failure>"));
 }
 
 TEST(FormatAssembly, IndentedTreeByPath) {

@@ -133,18 +133,26 @@ v1::Quaternion AxisRotation(int axis, double angle_rad) {
   return q;
 }
 
+// A selector of an allow rule: as ParseSelector, but never empty. An empty selector is every
+// instance, and a side left empty by a stray '/' or ':' ("path:as1/plate_1/", "x=:hard") would
+// silently suppress a part's clashes with everything: every instance is written `all`.
+absl::StatusOr<v1::InstanceSelector> ParseRuleSelector(std::string_view text) {
+  if (Trim(text).empty()) return Invalid("a selector is empty (write all for every instance)");
+  return ParseSelector(text);
+}
+
 // Both selectors of "SEL_A[/SEL_B]": SEL_B starts after the first '/' where both sides parse.
 absl::Status ParseSelectorPair(std::string_view text, v1::AllowedInterference* out) {
   for (std::size_t at = text.find('/'); at != std::string_view::npos; at = text.find('/', at + 1)) {
-    absl::StatusOr<v1::InstanceSelector> a = ParseSelector(text.substr(0, at));
-    absl::StatusOr<v1::InstanceSelector> b = ParseSelector(text.substr(at + 1));
+    absl::StatusOr<v1::InstanceSelector> a = ParseRuleSelector(text.substr(0, at));
+    absl::StatusOr<v1::InstanceSelector> b = ParseRuleSelector(text.substr(at + 1));
     if (a.ok() && b.ok()) {
       *out->mutable_a() = *std::move(a);
       *out->mutable_b() = *std::move(b);
       return absl::OkStatus();
     }
   }
-  absl::StatusOr<v1::InstanceSelector> a = ParseSelector(text);
+  absl::StatusOr<v1::InstanceSelector> a = ParseRuleSelector(text);
   if (!a.ok()) return a.status();
   *out->mutable_a() = *std::move(a);
   out->clear_b();
@@ -193,6 +201,11 @@ absl::StatusOr<v1::InstanceSelector> ParseSelector(std::string_view text) {
       const std::string_view name = item.substr(group ? 6 : 5);
       if (name.empty()) {
         return Invalid("'", std::string(item), "' names no ", group ? "group" : "path prefix");
+      }
+      if (!group && name.back() == '/') {  // it would match no instance
+        return Invalid("path prefix '", std::string(name),
+                       "' ends with '/' (a prefix matches whole path segments: write path:",
+                       std::string(name.substr(0, name.find_last_not_of('/') + 1)), ")");
       }
       *(group ? selector.add_groups() : selector.add_path_prefixes()) = std::string(name);
       continue;

@@ -253,7 +253,7 @@ int RunImport(Session& s, const ImportArgs& a) {
     } else {
       nlohmann::ordered_json doc{{"import", ToJsonValue(*imported)}};
       if (added) doc["add_instances"] = ToJsonValue(*added);
-      s.out() << doc.dump(2) << "\n";
+      s.out() << DumpJson(doc) << "\n";
     }
   } else if (s.quiet()) {
     s.out() << imported->assembly().assembly_id() << "\n";
@@ -306,7 +306,7 @@ int RunSceneShow(Session& s, const std::string& scene_id) {
   if (s.json()) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const v1::Instance& i : *instances) list.push_back(ToJsonValue(i));
-    s.out() << nlohmann::ordered_json{{"scene", ToJsonValue(*scene)}, {"instances", list}}.dump(2)
+    s.out() << DumpJson(nlohmann::ordered_json{{"scene", ToJsonValue(*scene)}, {"instances", list}})
             << "\n";
   } else if (s.quiet()) {
     for (const v1::Instance& i : *instances) s.out() << i.instance_id() << "\n";
@@ -496,6 +496,17 @@ absl::Status ParseSets(const std::string& a, const std::optional<std::string>& b
   return absl::OkStatus();
 }
 
+// Writes a --junit report to `path` (nothing when it is empty); false, after saying so, when
+// the file cannot be written.
+bool WriteJunit(Session& s, const std::string& path, const std::string& report) {
+  if (path.empty()) return true;
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << report;
+  file.close();
+  if (!file) s.err() << "clashctl: cannot write " << path << "\n";
+  return static_cast<bool>(file);
+}
+
 struct CheckArgs {
   std::string scene;
   std::string a;
@@ -534,21 +545,17 @@ int RunCheck(Session& s, const CheckArgs& a) {
   }
 
   absl::StatusOr<v1::InterferenceResponse> response = s.client().CheckInterference(request);
-  if (!response.ok()) return s.Failed(response.status());
+  if (!response.ok()) {
+    WriteJunit(s, a.junit,
+               JunitErrorReport(absl::StrCat("interference ", a.scene), response.status()));
+    return s.Failed(response.status());
+  }
   if (s.json()) {
     s.out() << ToJson(*response) << "\n";
   } else if (s.human()) {
     s.out() << FormatInterference(*response, a.all_classes);
   }
-  if (!a.junit.empty()) {
-    std::ofstream file(a.junit, std::ios::binary | std::ios::trunc);
-    file << JunitReport(a.scene, *response);
-    file.close();
-    if (!file) {
-      s.err() << "clashctl: cannot write " << a.junit << "\n";
-      return kExitUsage;
-    }
-  }
+  if (!WriteJunit(s, a.junit, JunitReport(a.scene, *response))) return kExitUsage;
   return CheckExitCode(*response);
 }
 
@@ -637,24 +644,21 @@ int RunValidate(Session& s, const ValidateArgs& a) {
             << std::flush;
   });
   if (bar) s.err() << "\r" << std::string(40, ' ') << "\r" << std::flush;
-  if (!report.ok()) return s.Failed(report.status());
+  if (!report.ok()) {
+    WriteJunit(s, a.junit, JunitErrorReport(absl::StrCat("sequence ", a.scene), report.status()));
+    return s.Failed(report.status());
+  }
   if (s.json()) {
     nlohmann::ordered_json steps = nlohmann::ordered_json::array();
     for (const v1::StepResult& step : report->steps) steps.push_back(ToJsonValue(step));
-    s.out() << nlohmann::ordered_json{{"steps", steps}, {"summary", ToJsonValue(report->summary)}}
-                   .dump(2)
+    s.out() << DumpJson(nlohmann::ordered_json{{"steps", steps},
+                                               {"summary", ToJsonValue(report->summary)}})
             << "\n";
   } else if (s.human()) {
     s.out() << FormatSequence(report->steps, report->summary);
   }
-  if (!a.junit.empty()) {
-    std::ofstream file(a.junit, std::ios::binary | std::ios::trunc);
-    file << SequenceJunitReport(a.scene, report->steps, report->summary);
-    file.close();
-    if (!file) {
-      s.err() << "clashctl: cannot write " << a.junit << "\n";
-      return kExitUsage;
-    }
+  if (!WriteJunit(s, a.junit, SequenceJunitReport(a.scene, report->steps, report->summary))) {
+    return kExitUsage;
   }
   if (!a.html.empty()) {
     if (const int rc = WriteHtmlReport(s, a, request, *report); rc != kExitOk) return rc;
@@ -776,7 +780,7 @@ int RunHealth(Session& s, const std::string& service) {
                      : *health == client::Health::kNotServing ? "NOT_SERVING"
                                                               : "UNKNOWN";
   if (s.json()) {
-    s.out() << nlohmann::json{{"status", name}}.dump(2) << "\n";
+    s.out() << DumpJson(nlohmann::ordered_json{{"status", name}}) << "\n";
   } else if (s.human()) {
     s.out() << name << "\n";
   }

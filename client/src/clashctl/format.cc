@@ -152,7 +152,7 @@ std::string ToJson(const google::protobuf::Message& message) {
   const auto status = google::protobuf::util::MessageToJsonString(message, &out, options);
   if (!status.ok()) {
     // Only invalid UTF-8 in a string field can get here; keep the output valid JSON.
-    return nlohmann::json{{"error", std::string(status.message())}}.dump(2);
+    return DumpJson(nlohmann::ordered_json{{"error", std::string(status.message())}});
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
@@ -160,6 +160,10 @@ std::string ToJson(const google::protobuf::Message& message) {
 
 nlohmann::ordered_json ToJsonValue(const google::protobuf::Message& message) {
   return nlohmann::ordered_json::parse(ToJson(message));
+}
+
+std::string DumpJson(const nlohmann::ordered_json& doc) {
+  return doc.dump(2, ' ', /*ensure_ascii=*/true);
 }
 
 namespace {
@@ -578,6 +582,16 @@ std::string StepName(const v1::StepResult& step) {
   return step.name().empty() ? absl::StrCat("step ", step.step_index() + 1) : step.name();
 }
 
+// What a step that is not ok ran into: its blockers, or for an undecided step (the sweep ran
+// out of iterations, which the server counts as blocked) that it was not decided.
+std::string StepProblem(const v1::StepResult& step) {
+  const std::string blockers = StepBlockers(step);
+  if (!step.undecided()) return blockers;
+  const std::string undecided =
+      "not decided: the sweep reached its iteration cap (the path is not proven free)";
+  return blockers.empty() ? undecided : absl::StrCat(blockers, "; ", undecided);
+}
+
 }  // namespace
 
 std::string FormatSequence(const std::vector<v1::StepResult>& steps,
@@ -591,9 +605,12 @@ std::string FormatSequence(const std::vector<v1::StepResult>& steps,
                                       ? absl::StrFormat("%.3f", step.min_clearance_mm())
                                       : std::string("-");
     absl::StrAppendFormat(&out, "%-4d %-28s %-8s %9s %9s %12s  %s\n", step.step_index() + 1,
-                          StepName(step), step.ok() ? "ok" : "BLOCKED",
+                          StepName(step),
+                          step.ok()          ? "ok"
+                          : step.undecided() ? "UNDECIDED"
+                                             : "BLOCKED",
                           step.ok() ? "-" : absl::StrFormat("%.4f", step.blocked_t()), contact,
-                          clearance, step.ok() ? step.min_clearance_path() : StepBlockers(step));
+                          clearance, step.ok() ? step.min_clearance_path() : StepProblem(step));
     for (const v1::FreeDirection& d : step.free_directions()) {
       absl::StrAppendFormat(&out, "       escape %-4s %s (%.1f mm)\n", d.name(),
                             d.free()        ? "free"
@@ -616,6 +633,18 @@ std::string FormatSequence(const std::vector<v1::StepResult>& steps,
   return out;
 }
 
+std::string JunitErrorReport(std::string_view suite_name, const absl::Status& status) {
+  const std::string suite = XmlEscape(suite_name);
+  const std::string message = XmlEscape(ErrorLine(status));
+  return absl::StrCat(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"", suite,
+      "\" tests=\"1\" failures=\"0\" errors=\"1\">\n  <testsuite name=\"", suite,
+      "\" tests=\"1\" failures=\"0\" errors=\"1\">\n    <testcase classname=\"clashctl\" "
+      "name=\"call\">\n      <error type=\"",
+      absl::StatusCodeToString(status.code()), "\" message=\"", message, "\"/>\n",
+      "    </testcase>\n  </testsuite>\n</testsuites>\n");
+}
+
 std::string SequenceJunitReport(std::string_view scene_id, const std::vector<v1::StepResult>& steps,
                                 const v1::SequenceSummary& summary) {
   std::string cases;
@@ -626,8 +655,9 @@ std::string SequenceJunitReport(std::string_view scene_id, const std::vector<v1:
       absl::StrAppend(&cases, "/>\n");
     } else {
       absl::StrAppend(&cases, ">\n      <failure message=\"",
-                      XmlEscape(absl::StrCat("blocked at t=", step.blocked_t())), "\">",
-                      XmlEscape(StepBlockers(step)), "</failure>\n    </testcase>\n");
+                      XmlEscape(absl::StrCat(step.undecided() ? "undecided at t=" : "blocked at t=",
+                                             step.blocked_t())),
+                      "\">", XmlEscape(StepProblem(step)), "</failure>\n    </testcase>\n");
     }
   }
   for (int i = static_cast<int>(steps.size()); i < summary.steps(); ++i) {

@@ -45,6 +45,10 @@ enum ExitCode : int {
 [[nodiscard]] std::string ToJson(const google::protobuf::Message& message);
 /// The same, as a value to put into a larger JSON document.
 [[nodiscard]] nlohmann::ordered_json ToJsonValue(const google::protobuf::Message& message);
+/// A JSON document as --json prints it: indented, every character outside printable ASCII
+/// escaped (\uXXXX), so that names from CAD files (DEL, C1 controls from 8-bit encodings)
+/// survive the output's control filter and read back as they were.
+[[nodiscard]] std::string DumpJson(const nlohmann::ordered_json& doc);
 
 /// `text` with every control character (bytes below 0x20, 0x7f, and the C1 controls U+0080 to
 /// U+009F as UTF-8, which some terminals obey like ESC sequences) replaced by '?', except the C0
@@ -142,8 +146,13 @@ class Table {
 /// One row per ray: hit, instance, path, part, face, point, normal, distance.
 [[nodiscard]] std::string FormatPicks(const v1::PickResponse& response);
 
-/// One row per step (index, name, OK/BLOCKED, blocked t, first contact t, min clearance and
-/// where, blockers), then a summary line.
+/// A JUnit report of a call that failed (one test case, in error, with the status), written
+/// in place of the report a --junit run would have written, so that a CI job never reads an
+/// earlier run's report after a failed call.
+[[nodiscard]] std::string JunitErrorReport(std::string_view suite_name, const absl::Status& status);
+
+/// One row per step (index, name, ok/BLOCKED/UNDECIDED, blocked t, first contact t, min
+/// clearance and where, blockers), then a summary line.
 [[nodiscard]] std::string FormatSequence(const std::vector<v1::StepResult>& steps,
                                          const v1::SequenceSummary& summary);
 /// The JUnit XML report of a sequence: testsuite "sequence <scene_id>", one testcase per step
