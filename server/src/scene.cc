@@ -354,9 +354,31 @@ absl::Status SceneStore::Commit(Scene& scene) {
           : WriteFileAtomically(ScenePath(scene.id()), bytes);
   if (!st.ok()) {
     LogLine(LogLevel::kError, absl::StrCat("scene store: ", st.ToString()));
-    if (std::filesystem::exists(ScenePath(scene.id()))) {
-      absl::Status restored = Load(ScenePath(scene.id()), scene);
-      if (!restored.ok()) LogLine(LogLevel::kError, restored.ToString());
+    const auto is_served = [&] {
+      const auto it = scenes_.find(scene.id());
+      return it != scenes_.end() && it->second.get() == &scene;
+    };
+    {
+      std::lock_guard lock(mu_);
+      if (!is_served()) return st;  // a new scene, not stored yet
+    }
+    // The edit is undone by reading the file back (the scene's lock, which the caller holds,
+    // keeps it served meanwhile). When that fails too (what stopped the write may stop the
+    // read: no file descriptor, I/O errors), memory holds an edit its file does not, or half a
+    // scene: it is served no more, rather than answer from a state that was never stored,
+    // until a start reads the file (the last state stored).
+    const absl::Status restored = Load(ScenePath(scene.id()), scene);
+    if (!restored.ok()) {
+      const std::string why =
+          absl::StrCat("an edit could not be written and the scene could not be read back (",
+                       restored.message(), "); restart clashd to serve it from its file");
+      LogLine(LogLevel::kError, absl::StrCat("scene store: scene ", scene.id(), ": ", why));
+      scene.deleted = true;  // calls that fetched it before cannot write it
+      std::lock_guard lock(mu_);
+      if (is_served()) {
+        scenes_.erase(scene.id());
+        unserved_.emplace(scene.id(), why);
+      }
     }
   }
   return st;

@@ -135,8 +135,9 @@ class SceneStore {
       Scene& scene, absl::Time deadline);
 
   /// Writes the scene (hold its mu). On failure the in-memory scene is restored from its file,
-  /// so memory never runs ahead of the disk. NOT_FOUND for a deleted scene (nothing written),
-  /// RESOURCE_EXHAUSTED when the file would pass the 1 GiB that Open reads.
+  /// so memory never runs ahead of the disk; when that read fails too, the scene is not served
+  /// (FAILED_PRECONDITION, until a start reads its file). NOT_FOUND for a deleted scene
+  /// (nothing written), RESOURCE_EXHAUSTED when the file would pass the 1 GiB that Open reads.
   [[nodiscard]] absl::Status Commit(Scene& scene);
 
  private:

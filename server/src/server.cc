@@ -720,6 +720,8 @@ struct ClashServer::Impl {
       return absl::DeadlineExceededError(
           absl::StrCat("scene ", scene_id, " is busy (an edit holds it); try again"));
     }
+    // Deleted, or no longer served, while this call waited.
+    if (scene->deleted) return t.scenes().Get(scene_id).status();
     return fn(*scene, stop);
   }
 

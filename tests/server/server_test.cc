@@ -1629,6 +1629,56 @@ TEST_F(ServerTest, AtAStartASceneFileThatDoesNotReadIsKeptAndOneThatDoesNotParse
   EXPECT_EQ(s->instance_count(), 1u);
 }
 
+// While it lives, this process can open no file: its descriptor limit is lowered to the lowest
+// free descriptor (root reads any file its permissions forbid, so tests fail reads this way).
+class NoFileDescriptorLeft {
+ public:
+  NoFileDescriptorLeft() {
+    EXPECT_EQ(getrlimit(RLIMIT_NOFILE, &old_), 0);
+    const int lowest_free = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    EXPECT_GE(lowest_free, 0);
+    close(lowest_free);
+    rlimit none_left = old_;
+    none_left.rlim_cur = static_cast<rlim_t>(lowest_free);  // the next descriptor is beyond it
+    EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &none_left), 0);
+  }
+  NoFileDescriptorLeft(const NoFileDescriptorLeft&) = delete;
+  NoFileDescriptorLeft& operator=(const NoFileDescriptorLeft&) = delete;
+  ~NoFileDescriptorLeft() { EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &old_), 0); }
+
+ private:
+  rlimit old_{};
+};
+
+// An edit whose write fails is undone by reading the scene's file back; when that read fails
+// too (here both find no file descriptor), the scene is not served until a restart, which
+// serves the last state stored. Before, the edit stayed in memory: queries saw instances the
+// file did not hold, and the next successful edit stored them.
+TEST_F(ServerTest, AnEditThatCanBeNeitherWrittenNorUndoneStopsServingTheScene) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  Place(scene, box, RigidTransform::Identity(), "a");
+  v1::AddInstancesRequest add;
+  add.set_scene_id(scene);
+  add.add_parts()->set_part_id(box);
+  add.mutable_parts(0)->set_path("b");
+  absl::Status added;
+  {
+    const NoFileDescriptorLeft none_left;
+    added = client_->AddInstances(add).status();
+  }
+  EXPECT_THAT(added, StatusIs(absl::StatusCode::kInternal, ""));
+  EXPECT_THAT(client_->GetScene(scene),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "restart clashd"));
+  EXPECT_THAT(client_->ListInstances(scene).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ""));
+  Restart();
+  auto instances = client_->ListInstances(scene);
+  ASSERT_THAT(instances.status(), IsOk());
+  ASSERT_EQ(instances->size(), 1u);
+  EXPECT_EQ((*instances)[0].path(), "a");
+}
+
 // A store folder that cannot be listed fails the store's open (and so the start): serving no
 // part or scene would hide those on disk, also from DeletePart's check of a part's users.
 // Here no file descriptor is left to list with (root lists any folder its permissions forbid).
@@ -1640,17 +1690,13 @@ TEST_F(ServerTest, AStoreFolderThatCannotBeListedFailsItsOpen) {
   const std::string tenant = dir_ + "/data/tenants/local";
   auto parts = PartStore::Open(tenant, ServerConfig{}.max_part_triangles);
   ASSERT_THAT(parts.status(), IsOk());
-  rlimit old{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-  const int lowest_free = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(lowest_free, 0);
-  close(lowest_free);
-  rlimit none_left = old;
-  none_left.rlim_cur = static_cast<rlim_t>(lowest_free);  // the next descriptor is beyond it
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &none_left), 0);
-  auto parts_again = PartStore::Open(tenant, ServerConfig{}.max_part_triangles);
-  auto scenes = SceneStore::Open(tenant + "/scenes", parts->get());
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  absl::StatusOr<std::unique_ptr<PartStore>> parts_again;
+  absl::StatusOr<std::unique_ptr<SceneStore>> scenes;
+  {
+    const NoFileDescriptorLeft none_left;
+    parts_again = PartStore::Open(tenant, ServerConfig{}.max_part_triangles);
+    scenes = SceneStore::Open(tenant + "/scenes", parts->get());
+  }
   EXPECT_THAT(parts_again.status(), StatusIs(absl::StatusCode::kInternal, "cannot be listed"));
   EXPECT_THAT(scenes.status(), StatusIs(absl::StatusCode::kInternal, "cannot be listed"));
   // With descriptors again, both open and the scene is served.
