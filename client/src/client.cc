@@ -20,8 +20,17 @@
 namespace clash::client {
 namespace {
 
-bool Retryable(grpc::StatusCode code) {
-  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::RESOURCE_EXHAUSTED;
+// UNAVAILABLE, and RESOURCE_EXHAUSTED when the server marked it transient (trailing metadata
+// clash-retryable: a full queue, a tenant's concurrency or rate limit). Any other
+// RESOURCE_EXHAUSTED (a size, triangle or instance limit, the storage quota, a message larger
+// than this client receives) would fail again: retried, an upload would be sent again for
+// nothing.
+bool Retryable(const grpc::Status& status, const grpc::ClientContext& ctx) {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) return true;
+  if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return false;
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  const auto it = trailers.find("clash-retryable");
+  return it != trailers.end() && it->second == "1";
 }
 
 // Nothing, or ':' and a port of 1 to 5 decimal digits.
@@ -189,7 +198,7 @@ absl::StatusOr<Response> Client::Call(Method method, const Request& request,
     Response response;
     status = method(&ctx, request, &response);
     if (status.ok()) return response;
-    if (attempt >= attempts || !Retryable(status.error_code())) break;
+    if (attempt >= attempts || !Retryable(status, ctx)) break;
     // Equal jitter: sleep a random time from half the backoff to all of it, never past the
     // deadline.
     if (!jitter) jitter.emplace(std::random_device{}());

@@ -2,9 +2,23 @@
 
 #include <chrono>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 namespace clash::server {
+
+namespace {
+constexpr char kTransientPayload[] = "type.clash.dev/transient";
+}  // namespace
+
+absl::Status Transient(absl::Status status) {
+  status.SetPayload(kTransientPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsTransient(const absl::Status& status) {
+  return status.GetPayload(kTransientPayload).has_value();
+}
 
 WorkLimiter::Permit& WorkLimiter::Permit::operator=(Permit&& o) noexcept {
   if (this != &o) {
@@ -28,9 +42,9 @@ absl::StatusOr<WorkLimiter::Permit> WorkLimiter::Acquire(
     return Permit(this);
   }
   if (waiting_ >= queue_ + spare_) {
-    return absl::ResourceExhaustedError(absl::StrCat(name_, " queue full (", running_ - spare_,
-                                                     " running, ", waiting_,
-                                                     " waiting): retry later"));
+    return Transient(absl::ResourceExhaustedError(
+        absl::StrCat(name_, " queue full (", running_ - spare_, " running, ", waiting_,
+                     " waiting): retry later")));
   }
   ++waiting_;
   while (running_ >= slots_) {

@@ -12,6 +12,17 @@
 
 namespace clash::server {
 
+/// Trailing metadata key marking a RESOURCE_EXHAUSTED answer as transient (value "1"): a full
+/// queue, or a tenant's concurrency or rate limit, which a later try may pass. Clients retry
+/// RESOURCE_EXHAUSTED only with it: the other causes (sizes, triangle and instance limits, the
+/// storage quota) do not change by retrying.
+inline constexpr char kRetryableMetadata[] = "clash-retryable";
+
+/// `status` marked as transient (see kRetryableMetadata).
+[[nodiscard]] absl::Status Transient(absl::Status status);
+/// Whether `status` was marked by Transient.
+[[nodiscard]] bool IsTransient(const absl::Status& status);
+
 class WorkLimiter {
  public:
   /// Releases its slot when destroyed.

@@ -293,9 +293,13 @@ struct ClashServer::Impl {
     std::string tenant_name;
     const grpc::Status status = Guarded(method, [&] {
       absl::StatusOr<std::shared_ptr<Tenant>> tenant = Admit(ctx);
-      if (!tenant.ok()) return ToGrpc(tenant.status());
-      tenant_name = (*tenant)->name();
-      return ToGrpc(body(**tenant));
+      absl::Status answer = tenant.status();
+      if (tenant.ok()) {
+        tenant_name = (*tenant)->name();
+        answer = body(**tenant);
+      }
+      if (IsTransient(answer)) ctx->AddTrailingMetadata(kRetryableMetadata, "1");
+      return ToGrpc(answer);
     });
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -28,8 +28,8 @@ absl::Status Tenant::AdmitCall() {
   }
   refilled_ = now;
   if (tokens_ < 1) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "rate limit of tenant '", name_, "': ", limits_.requests_per_second, " calls/s"));
+    return Transient(absl::ResourceExhaustedError(absl::StrCat(
+        "rate limit of tenant '", name_, "': ", limits_.requests_per_second, " calls/s")));
   }
   tokens_ -= 1;
   return absl::OkStatus();
@@ -122,8 +122,8 @@ absl::StatusOr<WorkLimiter::Permit> Tenant::TakeTicket(std::optional<WorkLimiter
   if (!limiter) return WorkLimiter::Permit();
   absl::StatusOr<WorkLimiter::Permit> ticket = limiter->Acquire([] { return absl::OkStatus(); });
   if (absl::IsResourceExhausted(ticket.status())) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("tenant '", name_, "' has ", limit, " ", what, " already"));
+    return Transient(absl::ResourceExhaustedError(
+        absl::StrCat("tenant '", name_, "' has ", limit, " ", what, " already")));
   }
   return ticket;
 }

@@ -227,12 +227,17 @@ class FakeScenes final : public v1::SceneService::Service {
 class FakeQueries final : public v1::QueryService::Service {
  public:
   explicit FakeQueries(Record* r) : r_(r) {}
-  grpc::Status CheckInterference(grpc::ServerContext*, const v1::InterferenceRequest* request,
+  grpc::Status CheckInterference(grpc::ServerContext* ctx, const v1::InterferenceRequest* request,
                                  v1::InterferenceResponse* response) override {
     std::lock_guard lock(r_->mu);
     ++r_->calls;
     r_->interference = *request;
     if (request->scene_id() == "gone") return {grpc::StatusCode::NOT_FOUND, "no scene gone"};
+    if (request->scene_id() == "busy" || request->scene_id() == "huge") {
+      // A full queue is marked transient; an answer above a limit is not.
+      if (request->scene_id() == "busy") ctx->AddTrailingMetadata("clash-retryable", "1");
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, "limit"};
+    }
     *response = r_->interference_answer;
     return grpc::Status::OK;
   }
@@ -512,6 +517,16 @@ TEST_F(ClashctlCli, AFailedCallReplacesTheJunitReportWithItsError) {
   EXPECT_THAT(xml, Not(HasSubstr("old")));
   EXPECT_THAT(xml, HasSubstr("<testsuite name=\"sequence s42\""));
   EXPECT_THAT(xml, HasSubstr("<error type=\"UNIMPLEMENTED\""));
+}
+
+// RESOURCE_EXHAUSTED is retried only when the server marks it transient (clash-retryable):
+// a query queue that is full may have room later, a request above a limit fails again (an
+// upload would be sent again for nothing). Before, both were tried four times.
+TEST_F(ClashctlCli, OnlyATransientResourceExhaustedIsRetried) {
+  EXPECT_EQ(Cli({"check", "huge"}).code, kExitError);
+  EXPECT_EQ(record_.calls, 1);
+  EXPECT_EQ(Cli({"check", "busy"}).code, kExitError);
+  EXPECT_EQ(record_.calls, 1 + 4);  // the client's default attempts
 }
 
 TEST_F(ClashctlCli, UsageErrorsExitTwoWithoutCallingTheServer) {

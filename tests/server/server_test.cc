@@ -1953,6 +1953,18 @@ TEST_F(ServerTest, AddInstancesIsBoundedBeforeItBuildsAnything) {
     return client_->AddInstances(add).status();
   };
   EXPECT_THAT(boxes(0, 21), StatusIs(absl::StatusCode::kResourceExhausted, "more than 20"));
+  {
+    // A limit, not a full queue: the answer does not invite a retry.
+    auto stub = v1::SceneService::NewStub(server_->grpc_server()->InProcessChannel({}));
+    grpc::ClientContext ctx;
+    v1::AddInstancesRequest add;
+    add.set_scene_id(scene);
+    for (int i = 0; i < 21; ++i) add.add_parts()->set_part_id(box);
+    v1::AddInstancesResponse response;
+    EXPECT_EQ(stub->AddInstances(&ctx, add, &response).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_FALSE(ctx.GetServerTrailingMetadata().contains(kRetryableMetadata));
+  }
   EXPECT_THAT(boxes(0, 15), IsOk());
   EXPECT_THAT(boxes(15, 6), StatusIs(absl::StatusCode::kResourceExhausted, "would hold 21"));
   EXPECT_THAT(boxes(15, 5), IsOk());
@@ -2088,6 +2100,7 @@ TEST_F(ServerTest, FullImportQueueIsResourceExhaustedAtOnce) {
   grpc::ClientContext second_ctx;
   v1::ImportCadResponse second_resp;
   grpc::Status second_status;
+  bool marked_transient = false;
   for (int attempt = 0; attempt < 200; ++attempt) {
     grpc::ClientContext ctx;
     v1::ImportCadResponse resp;
@@ -2095,11 +2108,18 @@ TEST_F(ServerTest, FullImportQueueIsResourceExhaustedAtOnce) {
     second->Write(header);
     second->WritesDone();
     second_status = second->Finish();
-    if (second_status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    if (second_status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      // A full queue is worth retrying: the answer says so (clash-retryable: 1).
+      const auto& trailers = ctx.GetServerTrailingMetadata();
+      const auto it = trailers.find(kRetryableMetadata);
+      marked_transient = it != trailers.end() && it->second == "1";
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(second_status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(second_status.error_message(), ::testing::HasSubstr("queue full"));
+  EXPECT_TRUE(marked_transient);
   first_ctx.TryCancel();
   first->Finish();
 }
