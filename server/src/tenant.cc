@@ -6,6 +6,7 @@
 #include <memory>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "auth.h"
@@ -35,23 +36,48 @@ absl::Status Tenant::AdmitCall() {
   return absl::OkStatus();
 }
 
-std::uint64_t Tenant::StorageBytes() const {
+absl::StatusOr<std::uint64_t> Tenant::StorageBytes() const {
+  // Folder by folder, so that one that vanishes while it is walked (an import's upload or
+  // worker folder under tmp/) is skipped alone: a recursive iterator stops its whole walk at
+  // that error, and the quota then counted only what it had seen. Any other error fails the
+  // count: a quota check must not pass on a partial total. Links are not followed.
   std::uint64_t total = 0;
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(
-           dir_, std::filesystem::directory_options::skip_permission_denied, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    std::error_code size_ec;
-    if (it->is_regular_file(size_ec)) {
-      const auto size = it->file_size(size_ec);
-      if (!size_ec) total += size;
+  std::vector<std::filesystem::path> folders = {dir_};
+  const auto vanished = [](const std::error_code& ec) {
+    return ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory;
+  };
+  while (!folders.empty()) {
+    const std::filesystem::path folder = std::move(folders.back());
+    folders.pop_back();
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(folder, ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      std::error_code entry_ec;
+      const std::filesystem::file_status st = it->symlink_status(entry_ec);
+      if (std::filesystem::is_directory(st)) {
+        folders.push_back(it->path());
+      } else if (std::filesystem::is_regular_file(st)) {
+        const std::uintmax_t size = std::filesystem::file_size(it->path(), entry_ec);
+        if (!entry_ec) {
+          total += size;
+        } else if (!vanished(entry_ec)) {
+          return absl::InternalError(absl::StrCat("the storage of tenant '", name_,
+                                                  "' cannot be counted: ", it->path().string(),
+                                                  ": ", entry_ec.message()));
+        }
+      }
+    }
+    if (ec && !vanished(ec)) {
+      return absl::InternalError(absl::StrCat("the storage of tenant '", name_,
+                                              "' cannot be counted: ", folder.string(), ": ",
+                                              ec.message()));
     }
   }
   return total;
 }
 
 absl::StatusOr<std::uint64_t> Tenant::FreeStorage(std::uint64_t more) const {
-  std::uint64_t used = StorageBytes();
+  CLASH_ASSIGN_OR_RETURN(std::uint64_t used, StorageBytes());
   const std::uint64_t quota = limits_.max_storage_bytes;
   // (Written so that no sum can wrap around: `more` comes from the client.)
   const bool could_fit = more <= quota && reserved_ <= quota - more;
@@ -59,7 +85,9 @@ absl::StatusOr<std::uint64_t> Tenant::FreeStorage(std::uint64_t more) const {
     // The import cache is only a cache: its least recently used entries make room first, when
     // they can (Evict leaves them all when the write would not fit even without them). It takes
     // no lock of the cache: a cache store may be what asks here.
-    if (import_cache_->Evict(used - (quota - more - reserved_)) > 0) used = StorageBytes();
+    if (import_cache_->Evict(used - (quota - more - reserved_)) > 0) {
+      CLASH_ASSIGN_OR_RETURN(used, StorageBytes());
+    }
   }
   if (!could_fit || used > quota - more - reserved_) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -58,8 +58,10 @@ class Tenant {
   /// Takes one call from the rate budget: RESOURCE_EXHAUSTED when it is spent.
   [[nodiscard]] absl::Status AdmitCall();
 
-  /// Bytes the tenant's folder holds now (a walk of the folder, done only for writes).
-  [[nodiscard]] std::uint64_t StorageBytes() const;
+  /// Bytes the tenant's folder holds now (a walk of the folder, done only for writes; files
+  /// and folders removed while it walks are skipped). INTERNAL when a folder or file cannot be
+  /// read: a quota must not pass on a partial count.
+  [[nodiscard]] absl::StatusOr<std::uint64_t> StorageBytes() const;
   /// RESOURCE_EXHAUSTED when adding `more` bytes would pass the storage quota, counting the
   /// bytes on disk and those other writes have set aside (StorageReservation); returns the
   /// bytes still free (UINT64_MAX without a quota). When the import cache's entries stand in
