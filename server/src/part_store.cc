@@ -183,16 +183,38 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Get(const std::strin
     if (auto it = loaded_.find(id); it != loaded_.end()) return it->second;
     if (!ids_.contains(id)) return absl::NotFoundError(absl::StrCat("no part ", id));
   }
+  // A part the store knows but cannot serve is not NOT_FOUND (a client would take it for
+  // gone): its file cannot be read now (INTERNAL), is missing or damaged (DATA_LOSS), or holds
+  // more than a lowered --max-part-triangles (FAILED_PRECONDITION).
   absl::StatusOr<std::string> bytes = ReadFileCapped(PartPath(id), kMaxPartFileBytes);
   store::v1::StoredPart stored;
-  if (!bytes.ok() || !stored.ParseFromString(*bytes) || ContentId(stored) != id) {
+  const bool parsed = bytes.ok() && stored.ParseFromString(*bytes) && ContentId(stored) == id;
+  if (!parsed) {
     if (!Known(id)) return absl::NotFoundError(absl::StrCat("no part ", id));  // removed meanwhile
     LogLine(LogLevel::kError,
-            absl::StrCat("part store: ", PartPath(id), " is unreadable or damaged"));
-    return absl::NotFoundError(absl::StrCat("no part ", id, " (stored file damaged)"));
+            absl::StrCat("part store: ", PartPath(id), " is unreadable or damaged: ",
+                         bytes.ok() ? "does not parse" : bytes.status().ToString()));
+    if (!bytes.ok() && !absl::IsNotFound(bytes.status())) {
+      return absl::InternalError(absl::StrCat("part ", id, ": its stored file cannot be read (",
+                                              bytes.status().message(), ")"));
+    }
+    return absl::DataLossError(absl::StrCat("part ", id, ": its stored file is ",
+                                            bytes.ok() ? "damaged" : "missing",
+                                            " (delete the part, then upload or import it again)"));
   }
   builds_.fetch_add(1, std::memory_order_relaxed);
-  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry, Build(id, stored, max_triangles_));
+  absl::StatusOr<std::shared_ptr<const PartEntry>> built = Build(id, stored, max_triangles_);
+  if (absl::IsResourceExhausted(built.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stored part ", id, " is above this server's limit (", built.status().message(),
+        "); a start with a higher --max-part-triangles "
+        "serves it"));
+  }
+  if (!built.ok()) {
+    return absl::DataLossError(absl::StrCat("part ", id, ": its stored mesh does not build (",
+                                            built.status().message(), ")"));
+  }
+  std::shared_ptr<const PartEntry> entry = *std::move(built);
   std::lock_guard lock(mu_);
   // A part removed while it was being built is not served (nothing can use it again).
   if (!ids_.contains(id)) return absl::NotFoundError(absl::StrCat("no part ", id));

@@ -1095,8 +1095,13 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   // The file is on disk, where the quota counts it: what an unannounced upload set aside ahead
   // is given back.
   upload_room = Tenant::StorageReservation();
-  CLASH_ASSIGN_OR_RETURN(std::string sha, cad::Sha256OfFile(file));
-  if (!want_sha.empty() && want_sha != sha) {
+  // (The server's own file: a failure to read it is not the client's.)
+  absl::StatusOr<std::string> sha = cad::Sha256OfFile(file);
+  if (!sha.ok()) {
+    return absl::InternalError(
+        absl::StrCat("the upload cannot be read back: ", sha.status().message()));
+  }
+  if (!want_sha.empty() && want_sha != *sha) {
     return absl::InvalidArgumentError("upload does not match the sha256 in its header");
   }
 
@@ -1110,7 +1115,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   // The import cache is read here rather than through cad::ImportAssemblyWithCache, so that a
   // fresh entry is written last: after the upload is removed and the parts are stored, taking
   // only the room they leave under the quota (an entry yields to real data).
-  const std::string cache_key = cad::ImportCacheKey(sha, options, cad::ImportKind::kAssembly);
+  const std::string cache_key = cad::ImportCacheKey(*sha, options, cad::ImportKind::kAssembly);
   CLASH_ASSIGN_OR_RETURN(std::optional<cad::ImportedAssembly> cached,
                          t.import_cache().LoadAssembly(cache_key));
   const bool from_cache = cached.has_value();
@@ -1126,7 +1131,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   if (!imported.ok()) return imported.status();
   ImportFacts facts;
   facts.file_name = header.file_name();
-  facts.sha256 = sha;
+  facts.sha256 = *sha;
   facts.cache_key = cache_key;
   facts.from_cache = from_cache;
   facts.strict = header.strict();

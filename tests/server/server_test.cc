@@ -1566,6 +1566,31 @@ TEST_F(ServerTest, ScenesAndPartsSurviveARestart) {
   EXPECT_THAT(client_->GetPart(box).status(), IsOk());
 }
 
+// A stored part that cannot be served is not NOT_FOUND, which a client takes for gone: a
+// damaged file is DATA_LOSS (say what to do), and so is a missing one; the part can still be
+// deleted and uploaded again.
+TEST_F(ServerTest, ADamagedOrMissingPartFileIsDataLossNotNotFound) {
+  const std::string box = Upload(MakeBox(Vec3(5, 5, 5)), "box");
+  const std::string pin = Upload(MakeBox(Vec3(1, 1, 4)), "pin");
+  client_.reset();
+  server_.reset();
+  const std::string parts = dir_ + "/data/tenants/local/parts/";
+  { std::ofstream(parts + box + ".pb", std::ios::trunc) << "garbled"; }
+  Start();
+  std::filesystem::remove(parts + pin + ".pb");
+  EXPECT_THAT(client_->GetPart(box).status(),
+              StatusIs(absl::StatusCode::kDataLoss, "its stored file is damaged (delete the part"));
+  EXPECT_THAT(client_->GetPart(pin).status(),
+              StatusIs(absl::StatusCode::kDataLoss, "its stored file is missing"));
+  v1::AddInstancesRequest add;
+  add.set_scene_id(NewScene());
+  add.add_parts()->set_part_id(box);
+  EXPECT_THAT(client_->AddInstances(add).status(), StatusIs(absl::StatusCode::kDataLoss, ""));
+  EXPECT_THAT(client_->DeletePart(box), IsOk());
+  EXPECT_EQ(Upload(MakeBox(Vec3(5, 5, 5)), "box"), box);
+  EXPECT_THAT(client_->GetPart(box).status(), IsOk());
+}
+
 // A scene whose part does not load at a start (here: above a lowered triangle limit) is not
 // served then, but its file is kept: the next start with the old limit serves it again.
 // Before, it was moved aside to .damaged for good.
@@ -1578,6 +1603,8 @@ TEST_F(ServerTest, ASceneWhosePartDoesNotLoadIsKeptForALaterStart) {
   Restart(small);
   EXPECT_THAT(client_->GetScene(scene),
               StatusIs(absl::StatusCode::kFailedPrecondition, "is not served"));
+  EXPECT_THAT(client_->GetPart(box).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "higher --max-part-triangles"));
   Restart();
   auto s = client_->GetScene(scene);
   ASSERT_THAT(s.status(), IsOk());

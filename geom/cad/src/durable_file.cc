@@ -45,6 +45,14 @@ void SyncDir(const std::string& dir) {
   }
 }
 
+// A failed write of `path` with errno `err`: RESOURCE_EXHAUSTED when the file system or the
+// user's disk quota is full (freeing space helps), INTERNAL otherwise.
+absl::Status WriteError(const std::string& what, int err) {
+  const std::string message = absl::StrCat(what, ": ", Errno(err));
+  return err == ENOSPC || err == EDQUOT ? absl::ResourceExhaustedError(message)
+                                        : absl::InternalError(message);
+}
+
 }  // namespace
 
 absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
@@ -54,14 +62,14 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
   const std::string tmp = absl::StrCat(dir, "/", kTemporaryPrefix, target.filename().string(), "-",
                                        getpid(), "-", counter++);
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", Errno(errno)));
+  if (fd < 0) return WriteError(absl::StrCat("cannot create ", tmp), errno);
   const bool written = WriteAll(fd, bytes) && fsync(fd) == 0;
   const int write_err = errno;
   const bool closed = close(fd) == 0;
   if (!written || !closed || rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = written && closed ? errno : write_err;
     unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", Errno(err)));
+    return WriteError(absl::StrCat("cannot write ", path), err);
   }
   SyncDir(dir);
   return absl::OkStatus();
@@ -78,7 +86,9 @@ absl::Status RemoveFileDurably(const std::string& path) {
 
 void RemoveAbandonedTemporaries(const std::string& dir) {
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::filesystem::directory_entry& e = *it;
     const std::string name = e.path().filename().string();
     if (!absl::StartsWith(name, kTemporaryPrefix)) continue;
     // The writer's pid is the second field from the end ("<name>" may hold dashes itself).
@@ -91,7 +101,8 @@ void RemoveAbandonedTemporaries(const std::string& dir) {
     // kill(pid, 0): ESRCH when no such process; EPERM means it runs under another user.
     const bool running = static_cast<pid_t>(pid) != getpid() &&
                          (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH);
-    if (!running) std::filesystem::remove(e.path(), ec);
+    std::error_code remove_ec;
+    if (!running) std::filesystem::remove(e.path(), remove_ec);
   }
 }
 

@@ -13,8 +13,8 @@ namespace clash::cad {
 
 /// Replaces `path` with `bytes` atomically and durably: a temporary ".tmp-*" file in the same
 /// folder, fsync, rename, fsync of the folder. Readers see the old content or the new, never a
-/// mix; after a crash the file holds one of them. INTERNAL on I/O errors (the temporary is
-/// removed).
+/// mix; after a crash the file holds one of them. RESOURCE_EXHAUSTED when the disk or the
+/// user's disk quota is full, INTERNAL on other I/O errors (the temporary is removed).
 [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
 /// Removes `path` durably: unlink, then fsync of its folder, so that a crash cannot bring the
