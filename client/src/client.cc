@@ -400,11 +400,20 @@ absl::StatusOr<uint64_t> Client::SetGroup(const v1::SetGroupRequest& request) {
 
 absl::StatusOr<v1::InterferenceResponse> Client::CheckInterference(
     v1::InterferenceRequest request) {
+  // Each page runs the check again on the server (from its pair cache): the largest page the
+  // server allows, unless the caller chose one, and one deadline for the whole listing.
+  if (request.page_size() == 0) request.set_page_size(10000);
+  const auto deadline = std::chrono::steady_clock::now() + options_.query_timeout;
   v1::InterferenceResponse all;
   for (bool first = true;; first = false) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return absl::DeadlineExceededError("the clash listing did not finish before its deadline");
+    }
     absl::StatusOr<v1::InterferenceResponse> page =
         Call<v1::InterferenceRequest, v1::InterferenceResponse>(
-            CLASH_BIND(queries_, CheckInterference), request, options_.query_timeout, true);
+            CLASH_BIND(queries_, CheckInterference), request, left, true);
     if (!page.ok()) return page.status();
     if (first) {
       all = std::move(*page);

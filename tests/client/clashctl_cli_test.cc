@@ -379,6 +379,8 @@ TEST_F(ClashctlCli, CheckWithAHardClashExitsOneAndSendsTheSelectorsAndRules) {
   EXPECT_THAT(r.out, HasSubstr("HARD 1, CONTAINED 0"));
   const v1::InterferenceRequest& q = record_.interference;
   EXPECT_EQ(q.scene_id(), "s42");
+  // The largest page: each page runs the check again on the server.
+  EXPECT_EQ(q.page_size(), 10000);
   EXPECT_THAT(q.set_a().groups(), ElementsAre("bolts"));
   ASSERT_TRUE(q.has_set_b());
   EXPECT_THAT(q.set_b().instance_ids(), ElementsAre(3u));
