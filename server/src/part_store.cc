@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "clash/cad/import_cache.h"
 #include "clash/geom/mesh.h"
 #include "clash/geom/status_macros.h"
@@ -294,13 +295,19 @@ absl::Status PartStore::RemoveAssembly(const std::string& id) {
   return RemoveFileDurably(AssemblyPath(id));
 }
 
-absl::StatusOr<std::optional<std::string>> PartStore::FirstAssemblyWith(
-    const std::string& part_id) const {
+absl::StatusOr<std::optional<std::string>> PartStore::FirstAssemblyWith(const std::string& part_id,
+                                                                        absl::Time deadline) const {
   absl::StatusOr<std::set<std::string>> ids = IdsInFolder(dir_ + "/assemblies", 'a');
   if (!ids.ok()) {
     return absl::InternalError(absl::StrCat(ids.status().message(), ": nothing deleted"));
   }
   for (const std::string& id : *ids) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the tenant's ", ids->size(),
+                       " assemblies were not all read before the deadline: "
+                       "nothing deleted; try again with a longer deadline"));
+    }
     absl::StatusOr<v1::Assembly> assembly = ReadAssembly(id);
     if (absl::IsNotFound(assembly.status())) continue;  // removed meanwhile
     if (!assembly.ok()) return absl::StrCat("assembly ", id, ", whose file is damaged (delete it)");

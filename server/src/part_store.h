@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "clash/cad/assembly.h"
 #include "clash/geom/part.h"
 #include "clash/v1/parts.pb.h"
@@ -101,9 +102,10 @@ class PartStore {
   /// The first stored assembly (in id order) one of whose instances places the part, as
   /// "assembly <id> (<what to do>)"; a file that cannot be read or parsed counts (it may name
   /// the part). Reads every assembly file; INTERNAL when the folder
-  /// cannot be listed (no answer is not "none").
+  /// cannot be listed (no answer is not "none"), DEADLINE_EXCEEDED when `deadline` passes
+  /// before every file is read (its caller holds the tenant's other writes meanwhile).
   [[nodiscard]] absl::StatusOr<std::optional<std::string>> FirstAssemblyWith(
-      const std::string& part_id) const;
+      const std::string& part_id, absl::Time deadline) const;
 
   /// Part hierarchies built since the store was opened (by Prepare, Put and Get).
   [[nodiscard]] std::size_t builds() const { return builds_.load(std::memory_order_relaxed); }

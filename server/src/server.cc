@@ -455,7 +455,7 @@ struct ClashServer::Impl {
         CLASH_ASSIGN_OR_RETURN(std::optional<std::string> user,
                                t.scenes().FirstUserOf(id, deadline));
         if (!user) {
-          CLASH_ASSIGN_OR_RETURN(user, t.parts().FirstAssemblyWith(id));
+          CLASH_ASSIGN_OR_RETURN(user, t.parts().FirstAssemblyWith(id, deadline));
         }
         if (user) {
           return absl::FailedPreconditionError(absl::StrCat("part ", id, " is in use by ", *user));

@@ -2029,7 +2029,9 @@ TEST_F(ServerTest, AddInstancesIsBoundedBeforeItBuildsAnything) {
 }
 
 // An imported assembly holds its parts: they go once it is deleted (and no scene places them);
-// importing the file again brings both back under the same ids.
+// importing the file again brings both back under the same ids. DeletePart's reading of the
+// assembly files (while the tenant's other writes wait for it) stops at the call's deadline:
+// DEADLINE_EXCEEDED, nothing deleted.
 TEST_F(ServerTest, DeleteAssemblyReleasesItsParts) {
   const std::string file = std::string(CLASH_CAD_DATA_DIR) + "/as1-oc-214-mat.stp";
   if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << " (../shared absent)";
@@ -2058,6 +2060,15 @@ TEST_F(ServerTest, DeleteAssemblyReleasesItsParts) {
   Restart();  // served from disk, not from what memory kept
   EXPECT_THAT(client_->GetAssembly(assembly).status(), IsOk());
   EXPECT_THAT(client_->GetPart(part).status(), IsOk());
+  client_.reset();
+  server_.reset();
+  auto stores = OpenStores();
+  ASSERT_THAT(stores.status(), IsOk());
+  EXPECT_THAT(stores->parts->FirstAssemblyWith(part, absl::Now() - absl::Seconds(1)).status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, "nothing deleted"));
+  auto user = stores->parts->FirstAssemblyWith(part, absl::InfiniteFuture());
+  ASSERT_THAT(user.status(), IsOk());
+  EXPECT_EQ(*user, "assembly " + assembly + " (delete it first)");
 }
 
 // DeletePart racing AddInstances of the same part: one of them wins, never both. Before the
