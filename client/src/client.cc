@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
@@ -217,11 +218,21 @@ absl::StatusOr<Response> Client::Call(Method method, const Request& request,
 absl::StatusOr<v1::ImportCadResponse> Client::ImportCad(const std::string& path,
                                                         const v1::TessellationOptions& options,
                                                         bool strict, const ProgressFn& progress) {
+  // The header announces the size, so only a regular file (a pipe's or a /proc file's size
+  // is not what it streams).
+  // (Checked before opening it: opening a FIFO waits for a writer.)
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  }
+  if (!std::filesystem::is_regular_file(st)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a regular file (an import streams a file of known size)"));
+  }
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  in.seekg(0, std::ios::end);
-  const uint64_t size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+  if (!in || ec) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   grpc::ClientContext ctx;
   Prepare(&ctx, std::chrono::system_clock::now() + options_.import_timeout);
   v1::ImportCadResponse response;
@@ -246,6 +257,12 @@ absl::StatusOr<v1::ImportCadResponse> Client::ImportCad(const std::string& path,
     ok = writer->Write(msg);
     sent += static_cast<uint64_t>(n);
     if (progress) progress(sent, size);
+  }
+  if (ok && sent < size) {  // the file, not the server, ended the upload early
+    ctx.TryCancel();
+    writer->Finish();
+    return absl::DataLossError(absl::StrCat("cannot read ", path, " past byte ", sent, " of ", size,
+                                            ": nothing imported"));
   }
   writer->WritesDone();
   const grpc::Status status = writer->Finish();

@@ -195,13 +195,16 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Get(const std::strin
     LogLine(LogLevel::kError,
             absl::StrCat("part store: ", PartPath(id), " is unreadable or damaged: ",
                          bytes.ok() ? "does not parse" : bytes.status().ToString()));
-    if (!bytes.ok() && !absl::IsNotFound(bytes.status())) {
+    // (A file above the size a part file can have is damaged, not unreadable.)
+    if (!bytes.ok() && !absl::IsNotFound(bytes.status()) &&
+        !absl::IsResourceExhausted(bytes.status())) {
       return absl::InternalError(absl::StrCat("part ", id, ": its stored file cannot be read (",
                                               bytes.status().message(), ")"));
     }
-    return absl::DataLossError(absl::StrCat("part ", id, ": its stored file is ",
-                                            bytes.ok() ? "damaged" : "missing",
-                                            " (delete the part, then upload or import it again)"));
+    return absl::DataLossError(
+        absl::StrCat("part ", id, ": its stored file is ",
+                     absl::IsNotFound(bytes.status()) ? "missing" : "damaged",
+                     " (delete the part, then upload or import it again)"));
   }
   builds_.fetch_add(1, std::memory_order_relaxed);
   absl::StatusOr<std::shared_ptr<const PartEntry>> built = Build(id, stored, max_triangles_);

@@ -228,7 +228,7 @@ absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Get(const std::string& id) co
     if (auto u = unserved_.find(id); u != unserved_.end()) {
       return absl::FailedPreconditionError(
           absl::StrCat("scene ", id, " is not served: ", u->second,
-                       "; a start at which its parts load serves it again, or delete it"));
+                       "; a start of clashd at which it loads serves it again, or delete it"));
     }
     return absl::NotFoundError(absl::StrCat("no scene ", id));
   }
@@ -246,14 +246,30 @@ std::vector<std::shared_ptr<Scene>> SceneStore::List(const std::string& after,
 }
 
 absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> SceneStore::LockForWrite(
-    Scene& scene, absl::Time deadline) {
+    Scene& scene, absl::Time deadline) const {
   std::unique_lock lock(scene.mu, absl::ToChronoTime(deadline));
   if (!lock.owns_lock()) {
     return absl::DeadlineExceededError(absl::StrCat(
         "scene ", scene.id(), " is busy (a running query or sequence holds it); try again"));
   }
-  if (scene.deleted) return absl::NotFoundError(absl::StrCat("no scene ", scene.id()));
+  if (scene.deleted) return GoneStatus(scene);
   return lock;
+}
+
+absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> SceneStore::LockForRead(
+    const Scene& scene, absl::Time deadline) const {
+  std::shared_lock lock(scene.mu, absl::ToChronoTime(deadline));
+  if (!lock.owns_lock()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("scene ", scene.id(), " is busy (an edit holds it); try again"));
+  }
+  if (scene.deleted) return GoneStatus(scene);
+  return lock;
+}
+
+absl::Status SceneStore::GoneStatus(const Scene& scene) const {
+  absl::Status now = Get(scene.id()).status();
+  return now.ok() ? absl::NotFoundError(absl::StrCat("no scene ", scene.id())) : now;
 }
 
 absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::string& part_id,
@@ -266,29 +282,35 @@ absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::st
   }
   std::sort(scenes.begin(), scenes.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
+  // A scene not served is read from its file: it holds every part its file names.
+  const auto user_from_file = [&](const std::string& id) -> std::optional<std::string> {
+    absl::StatusOr<std::string> bytes = ReadFileCapped(ScenePath(id), kMaxSceneFileBytes);
+    if (absl::IsNotFound(bytes.status())) return std::nullopt;  // deleted meanwhile
+    store::v1::StoredScene stored;
+    if (!bytes.ok() || !stored.ParseFromString(*bytes)) {
+      return absl::StrCat("scene ", id,
+                          ", which is not served and whose file does not read (delete it)");
+    }
+    for (const store::v1::StoredInstance& si : stored.instances()) {
+      if (si.part_id() == part_id) {
+        return absl::StrCat("scene ", id,
+                            ", which is not served (delete it, or restart once its parts load)");
+      }
+    }
+    return std::nullopt;
+  };
   for (const auto& [id, scene] : scenes) {
     if (scene == nullptr) {
-      absl::StatusOr<std::string> bytes = ReadFileCapped(ScenePath(id), kMaxSceneFileBytes);
-      if (absl::IsNotFound(bytes.status())) continue;  // deleted meanwhile
-      store::v1::StoredScene stored;
-      if (!bytes.ok() || !stored.ParseFromString(*bytes)) {
-        return absl::StrCat("scene ", id,
-                            ", which is not served and whose file does not read (delete it)");
-      }
-      for (const store::v1::StoredInstance& si : stored.instances()) {
-        if (si.part_id() == part_id) {
-          return absl::StrCat("scene ", id,
-                              ", which is not served (delete it, or restart once its parts load)");
-        }
-      }
+      if (std::optional<std::string> user = user_from_file(id)) return user;
       continue;
     }
-    std::shared_lock lock(scene->mu, absl::ToChronoTime(deadline));
-    if (!lock.owns_lock()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("scene ", id, " is busy (an edit holds it); try again"));
+    absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> lock = LockForRead(*scene, deadline);
+    if (absl::IsDeadlineExceeded(lock.status())) return lock.status();
+    if (absl::IsFailedPrecondition(lock.status())) {  // no longer served: its file tells
+      if (std::optional<std::string> user = user_from_file(id)) return user;
+      continue;
     }
-    if (scene->deleted) continue;
+    if (!lock.ok()) continue;  // deleted meanwhile
     for (const auto& [instance_id, rec] : scene->instances) {
       if (rec.part->info.part_id() == part_id) {
         return absl::StrCat("scene ", id, " (remove its instances first)");
@@ -299,19 +321,26 @@ absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::st
 }
 
 absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
-  {
+  // A scene not served is only its file (and it may stop being served while this call waits
+  // for its lock: then it is deleted as such).
+  const auto delete_unserved = [&]() -> std::optional<absl::Status> {
     std::lock_guard lock(mu_);
-    if (auto u = unserved_.find(id); u != unserved_.end()) {
-      CLASH_RETURN_IF_ERROR(RemoveFileDurably(ScenePath(id)));
-      unserved_.erase(u);
-      return absl::OkStatus();
-    }
-  }
+    auto u = unserved_.find(id);
+    if (u == unserved_.end()) return std::nullopt;
+    CLASH_RETURN_IF_ERROR(RemoveFileDurably(ScenePath(id)));
+    unserved_.erase(u);
+    return absl::OkStatus();
+  };
+  if (std::optional<absl::Status> done = delete_unserved()) return *done;
   CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, Get(id));
   // The scene's lock first, without the store's: a query may hold it for long, and Get must
   // not wait for that.
-  CLASH_ASSIGN_OR_RETURN(std::unique_lock<std::shared_timed_mutex> scene_lock,
-                         LockForWrite(*scene, deadline));
+  absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> scene_lock =
+      LockForWrite(*scene, deadline);
+  if (absl::IsFailedPrecondition(scene_lock.status())) {
+    if (std::optional<absl::Status> done = delete_unserved()) return *done;
+  }
+  if (!scene_lock.ok()) return scene_lock.status();
   std::lock_guard lock(mu_);
   auto it = scenes_.find(id);
   if (it == scenes_.end() || it->second != scene) {
@@ -371,7 +400,7 @@ absl::Status SceneStore::Commit(Scene& scene) {
     if (!restored.ok()) {
       const std::string why =
           absl::StrCat("an edit could not be written and the scene could not be read back (",
-                       restored.message(), "); restart clashd to serve it from its file");
+                       restored.message(), "); its file keeps the last state stored");
       LogLine(LogLevel::kError, absl::StrCat("scene store: scene ", scene.id(), ": ", why));
       scene.deleted = true;  // calls that fetched it before cannot write it
       std::lock_guard lock(mu_);

@@ -130,9 +130,13 @@ class SceneStore {
                                                                        absl::Time deadline) const;
 
   /// The scene's lock for a write, waited for until `deadline`: DEADLINE_EXCEEDED when a query
-  /// still holds it then, NOT_FOUND when the scene was deleted meanwhile.
-  [[nodiscard]] static absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> LockForWrite(
-      Scene& scene, absl::Time deadline);
+  /// still holds it then; when the scene was deleted or stopped being served meanwhile, what
+  /// Get answers now (NOT_FOUND, FAILED_PRECONDITION).
+  [[nodiscard]] absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> LockForWrite(
+      Scene& scene, absl::Time deadline) const;
+  /// The scene's lock for a read, likewise (DEADLINE_EXCEEDED when an edit still holds it).
+  [[nodiscard]] absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> LockForRead(
+      const Scene& scene, absl::Time deadline) const;
 
   /// Writes the scene (hold its mu). On failure the in-memory scene is restored from its file,
   /// so memory never runs ahead of the disk; when that read fails too, the scene is not served
@@ -144,6 +148,9 @@ class SceneStore {
   SceneStore(std::string dir, PartStore* parts) : dir_(std::move(dir)), parts_(parts) {}
   [[nodiscard]] std::string ScenePath(const std::string& id) const;
   [[nodiscard]] absl::Status Load(const std::string& path, Scene& scene);
+  /// What a call on `scene`, found deleted under its lock, answers: what Get answers for its
+  /// id now (NOT_FOUND, or FAILED_PRECONDITION when it is no longer served).
+  [[nodiscard]] absl::Status GoneStatus(const Scene& scene) const;
 
   std::string dir_;
   PartStore* parts_;

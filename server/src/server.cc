@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "auth.h"
 #include "clash/cad/assembly.h"
+#include "clash/cad/durable_file.h"
 #include "clash/cad/import_cache.h"
 #include "clash/cad/isolated_import.h"
 #include "clash/geom/status_macros.h"
@@ -111,9 +112,11 @@ class CancelAtDeadline {
     }
     thread_.join();
   }
-  /// Whether it cancelled the call.
-  [[nodiscard]] bool fired() {
+  /// Stops the watch; returns whether it cancelled the call first. A call that answers OK
+  /// must ask this before: the watch cannot cancel it afterwards.
+  [[nodiscard]] bool Finish() {
     absl::MutexLock lock(&mu_);
+    done_ = true;
     return fired_;
   }
 
@@ -423,6 +426,9 @@ struct ClashServer::Impl {
             CLASH_RETURN_IF_ERROR(stop());
             absl::StatusOr<std::shared_ptr<const PartEntry>> got = t.parts().Get(ids[i]);
             if (!got.ok() && !t.parts().Known(ids[i])) continue;  // deleted meanwhile
+            // A file that cannot be read now (INTERNAL) fails the page: left out, the part
+            // would look gone to a client listing its parts.
+            if (absl::IsInternal(got.status())) return got.status();
             if (!got.ok()) {
               LogLine(LogLevel::kWarning, absl::StrCat("ListParts: part ", ids[i],
                                                        " left out: ", got.status().message()));
@@ -497,7 +503,9 @@ struct ClashServer::Impl {
                           v1::Scene* response) override {
       return impl_->Serve(ctx, "GetScene", [&](Tenant& t) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(request->scene_id()));
-        std::shared_lock lock(scene->mu);
+        CLASH_ASSIGN_OR_RETURN(
+            std::shared_lock<std::shared_timed_mutex> lock,
+            t.scenes().LockForRead(*scene, CallDeadline(ctx, impl_->config.max_query_seconds)));
         scene->ToProto(response);
         return absl::OkStatus();
       });
@@ -507,8 +515,12 @@ struct ClashServer::Impl {
       return impl_->Serve(ctx, "ListScenes", [&](Tenant& t) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 100, 1000));
         const auto scenes = t.scenes().List(request->page_token(), n + 1);
+        const absl::Time deadline = CallDeadline(ctx, impl_->config.max_query_seconds);
         for (std::size_t i = 0; i < scenes.size() && i < n; ++i) {
-          std::shared_lock lock(scenes[i]->mu);
+          absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> lock =
+              t.scenes().LockForRead(*scenes[i], deadline);
+          if (absl::IsDeadlineExceeded(lock.status())) return lock.status();
+          if (!lock.ok()) continue;  // deleted, or no longer served, meanwhile
           scenes[i]->ToProto(response->add_scenes());
         }
         if (scenes.size() > n) response->set_next_page_token(scenes[n - 1]->id());
@@ -537,7 +549,9 @@ struct ClashServer::Impl {
         if (!request->page_token().empty() && !absl::SimpleAtoi(request->page_token(), &after)) {
           return absl::InvalidArgumentError("malformed page_token");
         }
-        std::shared_lock lock(scene->mu);
+        CLASH_ASSIGN_OR_RETURN(
+            std::shared_lock<std::shared_timed_mutex> lock,
+            t.scenes().LockForRead(*scene, CallDeadline(ctx, impl_->config.max_query_seconds)));
         std::size_t count = 0;
         for (auto it = scene->instances.upper_bound(after); it != scene->instances.end(); ++it) {
           if (count == n) {
@@ -688,7 +702,7 @@ struct ClashServer::Impl {
                                  [&](const v1::ValidateSequenceEvent& e) { writer->Write(e); });
             },
             impl_->config.max_sequence_seconds);
-        if (watchdog.fired()) {
+        if (watchdog.Finish()) {
           return absl::DeadlineExceededError(
               "the client did not read the results before the deadline (call cancelled)");
         }
@@ -719,13 +733,8 @@ struct ClashServer::Impl {
     CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(scene_id));
     CLASH_ASSIGN_OR_RETURN(QuerySlot slot, AcquireQuerySlot(t, stop));
     CLASH_RETURN_IF_ERROR(stop());
-    std::shared_lock lock(scene->mu, absl::ToChronoTime(deadline));
-    if (!lock.owns_lock()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("scene ", scene_id, " is busy (an edit holds it); try again"));
-    }
-    // Deleted, or no longer served, while this call waited.
-    if (scene->deleted) return t.scenes().Get(scene_id).status();
+    CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> lock,
+                           t.scenes().LockForRead(*scene, deadline));
     return fn(*scene, stop);
   }
 
@@ -761,7 +770,7 @@ struct ClashServer::Impl {
     if (grows) CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
     CLASH_ASSIGN_OR_RETURN(
         std::unique_lock<std::shared_timed_mutex> lock,
-        SceneStore::LockForWrite(*scene, CallDeadline(ctx, config.max_query_seconds)));
+        t.scenes().LockForWrite(*scene, CallDeadline(ctx, config.max_query_seconds)));
     CLASH_RETURN_IF_ERROR(edit(*scene));
     scene->Touch();
     CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene));
@@ -1013,6 +1022,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
                                                      config.max_upload_bytes));
   }
   if (const absl::Status room = upload_room.Grow(header.size_bytes()); !room.ok()) {
+    if (!absl::IsResourceExhausted(room)) return room;  // the count failed, not the quota
     return absl::ResourceExhaustedError(absl::StrCat("file of ", header.size_bytes(),
                                                      " bytes is above the tenant's free storage (",
                                                      room.message(), ")"));
@@ -1042,7 +1052,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   const std::string file = absl::StrCat(dir, "/", UploadName(header.file_name()));
   {
     const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) return absl::InternalError("cannot create the upload file");
+    if (fd < 0) return cad::WriteError("cannot create the upload file", errno);
     struct CloseFd {
       int fd;
       ~CloseFd() { close(fd); }
@@ -1062,6 +1072,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
         // walks of the tenant's folder).
         const std::uint64_t need = msg.chunk().size() - upload_room.held();
         if (const absl::Status room = upload_room.Grow(need, kUploadStorageStep); !room.ok()) {
+          if (!absl::IsResourceExhausted(room)) return room;  // the count failed
           return absl::ResourceExhaustedError(
               absl::StrCat("upload is above the tenant's free storage (", room.message(), ")"));
         }
@@ -1071,7 +1082,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
       while (left > 0) {
         const ssize_t n = write(fd, p, left);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return absl::InternalError("cannot write the upload to disk");
+        if (n <= 0) return cad::WriteError("cannot write the upload to disk", errno);
         p += n;
         left -= static_cast<std::size_t>(n);
       }

@@ -5,6 +5,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "clash/client/client.h"
 #include "clash/v1/parts.grpc.pb.h"
 #include "clash/v1/queries.grpc.pb.h"
 #include "clash/v1/scenes.grpc.pb.h"
@@ -704,6 +706,22 @@ TEST_F(ClashctlCli, ImportDrawsABarOnATerminal) {
                     out, err, {.err_is_tty = true});
   EXPECT_EQ(code, kExitOk);
   EXPECT_THAT(err.str(), HasSubstr("\r[##############################] 100%  1.0/1.0 MB"));
+}
+
+// The client library's import announces the file's size, so it takes only a regular file:
+// a FIFO is refused before any call (its size would have been announced as 2^64 - 1).
+TEST_F(ClashctlCli, TheLibrarysImportRefusesAFileOfUnknownSize) {
+  const std::string fifo = TempPath("clashctl_cli_import.fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  client::ClientOptions options;
+  options.target = "127.0.0.1:" + std::to_string(port_);
+  auto client = client::Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const absl::StatusOr<v1::ImportCadResponse> imported = (*client)->ImportCad(fifo);
+  EXPECT_EQ(imported.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(imported.status().message()), HasSubstr("not a regular file"));
+  EXPECT_EQ(record_.calls, 0);
+  EXPECT_EQ(record_.import_bytes, 0u);
 }
 
 TEST_F(ClashctlCli, SceneCommands) {

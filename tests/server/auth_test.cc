@@ -243,7 +243,8 @@ TEST_F(TenantTest, StorageCountSkipsFoldersRemovedWhileItWalks) {
   int short_counts = 0;
   for (int i = 0; i < 3000; ++i) {
     const absl::StatusOr<std::uint64_t> bytes = t->StorageBytes();
-    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_TRUE(bytes.ok()) << bytes.status();  // (an ASSERT would leave `churn` joinable)
+    if (!bytes.ok()) break;
     short_counts += *bytes < empty + 40'000;
   }
   done = true;

@@ -235,6 +235,16 @@ class ServerTest : public ::testing::Test {
     return r.ok() ? r->instances(0).instance_id() : 0;
   }
 
+  // A new scene placing one box (path "a"); then the server is stopped. Returns the scene id.
+  std::string OneBoxSceneThenStop() {
+    const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+    const std::string scene_id = NewScene();
+    Place(scene_id, box, RigidTransform::Identity(), "a");
+    client_.reset();
+    server_.reset();
+    return scene_id;
+  }
+
   // The local tenant's stores opened directly (the server stopped), as a restart would.
   struct Stores {
     std::unique_ptr<PartStore> parts;
@@ -1695,8 +1705,8 @@ TEST_F(ServerTest, AnEditThatCanBeNeitherWrittenNorUndoneStopsServingTheScene) {
     added = client_->AddInstances(add).status();
   }
   EXPECT_THAT(added, StatusIs(absl::StatusCode::kInternal, ""));
-  EXPECT_THAT(client_->GetScene(scene),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "restart clashd"));
+  EXPECT_THAT(client_->GetScene(scene), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                 "a start of clashd at which it loads"));
   EXPECT_THAT(client_->ListInstances(scene).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, ""));
   Restart();
@@ -1704,6 +1714,40 @@ TEST_F(ServerTest, AnEditThatCanBeNeitherWrittenNorUndoneStopsServingTheScene) {
   ASSERT_THAT(instances.status(), IsOk());
   ASSERT_EQ(instances->size(), 1u);
   EXPECT_EQ((*instances)[0].path(), "a");
+}
+
+// Calls that fetched a scene before an edit stopped serving it (its write and the undo both
+// failed) answer as Get does now: FAILED_PRECONDITION for reads and writes; DeletePart's check
+// reads its file, so it still holds its parts; DeleteScene deletes it as a scene not served.
+TEST_F(ServerTest, CallsThatFetchedASceneBeforeItStoppedBeingServedSeeThat) {
+  const std::string scene_id = OneBoxSceneThenStop();
+  auto stores = OpenStores();
+  ASSERT_THAT(stores.status(), IsOk());
+  auto scene = stores->scenes->Get(scene_id);  // what a waiting call holds
+  ASSERT_THAT(scene.status(), IsOk());
+  {
+    std::unique_lock lock((*scene)->mu);
+    (*scene)->name = "renamed";
+    (*scene)->Touch();
+    const NoFileDescriptorLeft none_left;
+    EXPECT_FALSE(stores->scenes->Commit(**scene).ok());
+  }
+  const absl::Time later = absl::Now() + absl::Seconds(10);
+  EXPECT_THAT(
+      stores->scenes->LockForRead(**scene, later).status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition, "a start of clashd at which it loads"));
+  EXPECT_THAT(
+      stores->scenes->LockForWrite(**scene, later).status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition, "a start of clashd at which it loads"));
+  EXPECT_TRUE(stores->scenes->List("", 10).empty());
+  auto user = stores->scenes->FirstUserOf(stores->parts->ListIds("", 10).at(0), later);
+  ASSERT_THAT(user.status(), IsOk());
+  EXPECT_EQ(user->value_or(""), "scene " + scene_id +
+                                    ", which is not served (delete it, or restart once its parts "
+                                    "load)");
+  EXPECT_THAT(stores->scenes->Delete(scene_id, later), IsOk());
+  EXPECT_THAT(stores->scenes->Get(scene_id).status(), StatusIs(absl::StatusCode::kNotFound, ""));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/data/tenants/local/scenes/" + scene_id + ".pb"));
 }
 
 // A store folder that cannot be listed fails the store's open (and so the start): serving no
@@ -2834,18 +2878,14 @@ TEST_F(ServerTest, WritesWaitForARunningQueryOnlyUntilTheirDeadline) {
 // An edit that fetched a scene before it was deleted cannot write it back: the scene would
 // otherwise reappear after a restart.
 TEST_F(ServerTest, ADeletedSceneIsNeverWrittenAgain) {
-  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
-  const std::string scene_id = NewScene();
-  Place(scene_id, box, RigidTransform::Identity(), "a");
-  client_.reset();
-  server_.reset();
+  const std::string scene_id = OneBoxSceneThenStop();
   {
     auto stores = OpenStores();
     ASSERT_THAT(stores.status(), IsOk());
     auto scene = stores->scenes->Get(scene_id);  // what an edit holds when the delete comes
     ASSERT_THAT(scene.status(), IsOk());
     ASSERT_THAT(stores->scenes->Delete(scene_id, absl::InfiniteFuture()), IsOk());
-    EXPECT_THAT(SceneStore::LockForWrite(**scene, absl::InfiniteFuture()).status(),
+    EXPECT_THAT(stores->scenes->LockForWrite(**scene, absl::InfiniteFuture()).status(),
                 StatusIs(absl::StatusCode::kNotFound, ""));
     std::unique_lock lock((*scene)->mu);
     (*scene)->name = "edited after the delete";

@@ -45,15 +45,13 @@ void SyncDir(const std::string& dir) {
   }
 }
 
-// A failed write of `path` with errno `err`: RESOURCE_EXHAUSTED when the file system or the
-// user's disk quota is full (freeing space helps), INTERNAL otherwise.
+}  // namespace
+
 absl::Status WriteError(const std::string& what, int err) {
   const std::string message = absl::StrCat(what, ": ", Errno(err));
   return err == ENOSPC || err == EDQUOT ? absl::ResourceExhaustedError(message)
                                         : absl::InternalError(message);
 }
-
-}  // namespace
 
 absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
   static std::atomic<uint64_t> counter{0};
@@ -66,8 +64,9 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
   const bool written = WriteAll(fd, bytes) && fsync(fd) == 0;
   const int write_err = errno;
   const bool closed = close(fd) == 0;
+  const int close_err = errno;  // (a quota may only be reported at close, on NFS)
   if (!written || !closed || rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = written && closed ? errno : write_err;
+    const int err = !written ? write_err : !closed ? close_err : errno;
     unlink(tmp.c_str());
     return WriteError(absl::StrCat("cannot write ", path), err);
   }

@@ -291,7 +291,8 @@ absl::Status ImportCache::StoreBounded(std::string_view key, const T& value) con
   }
   absl::Status written = WriteFileAtomically(path, bytes);
   if (!written.ok()) {
-    return absl::InternalError(absl::StrCat("import cache: ", std::string(written.message())));
+    return absl::Status(written.code(),
+                        absl::StrCat("import cache: ", std::string(written.message())));
   }
   return absl::OkStatus();
 }

@@ -17,6 +17,11 @@ namespace clash::cad {
 /// user's disk quota is full, INTERNAL on other I/O errors (the temporary is removed).
 [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
+/// The status of a failed write (`what`: e.g. "cannot write <path>") with errno `err`:
+/// RESOURCE_EXHAUSTED when the disk or the user's disk quota is full (freeing space helps),
+/// INTERNAL otherwise.
+[[nodiscard]] absl::Status WriteError(const std::string& what, int err);
+
 /// Removes `path` durably: unlink, then fsync of its folder, so that a crash cannot bring the
 /// file back. OK when it did not exist; INTERNAL on other errors.
 [[nodiscard]] absl::Status RemoveFileDurably(const std::string& path);
