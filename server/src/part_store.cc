@@ -211,8 +211,7 @@ absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Get(const std::strin
   if (absl::IsResourceExhausted(built.status())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "stored part ", id, " is above this server's limit (", built.status().message(),
-        "); a start with a higher --max-part-triangles "
-        "serves it"));
+        "); a start with a higher --max-part-triangles serves it"));
   }
   if (!built.ok()) {
     return absl::DataLossError(absl::StrCat("part ", id, ": its stored mesh does not build (",

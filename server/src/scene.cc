@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -245,31 +246,32 @@ std::vector<std::shared_ptr<Scene>> SceneStore::List(const std::string& after,
   return out;
 }
 
+template <typename Lock>
+absl::StatusOr<Lock> SceneStore::LockScene(const Scene& scene, absl::Time deadline) const {
+  Lock lock(scene.mu, absl::ToChronoTime(deadline));
+  if (!lock.owns_lock()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("scene ", scene.id(), " is busy (",
+                     std::is_same_v<Lock, std::unique_lock<std::shared_timed_mutex>>
+                         ? "a running query or sequence holds it"
+                         : "an edit holds it",
+                     "); try again"));
+  }
+  if (scene.deleted) {  // deleted, or no longer served: what Get answers for its id now
+    absl::Status now = Get(scene.id()).status();
+    return now.ok() ? absl::NotFoundError(absl::StrCat("no scene ", scene.id())) : now;
+  }
+  return lock;
+}
+
 absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> SceneStore::LockForWrite(
     Scene& scene, absl::Time deadline) const {
-  std::unique_lock lock(scene.mu, absl::ToChronoTime(deadline));
-  if (!lock.owns_lock()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "scene ", scene.id(), " is busy (a running query or sequence holds it); try again"));
-  }
-  if (scene.deleted) return GoneStatus(scene);
-  return lock;
+  return LockScene<std::unique_lock<std::shared_timed_mutex>>(scene, deadline);
 }
 
 absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> SceneStore::LockForRead(
     const Scene& scene, absl::Time deadline) const {
-  std::shared_lock lock(scene.mu, absl::ToChronoTime(deadline));
-  if (!lock.owns_lock()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("scene ", scene.id(), " is busy (an edit holds it); try again"));
-  }
-  if (scene.deleted) return GoneStatus(scene);
-  return lock;
-}
-
-absl::Status SceneStore::GoneStatus(const Scene& scene) const {
-  absl::Status now = Get(scene.id()).status();
-  return now.ok() ? absl::NotFoundError(absl::StrCat("no scene ", scene.id())) : now;
+  return LockScene<std::shared_lock<std::shared_timed_mutex>>(scene, deadline);
 }
 
 absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::string& part_id,

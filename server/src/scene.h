@@ -148,9 +148,9 @@ class SceneStore {
   SceneStore(std::string dir, PartStore* parts) : dir_(std::move(dir)), parts_(parts) {}
   [[nodiscard]] std::string ScenePath(const std::string& id) const;
   [[nodiscard]] absl::Status Load(const std::string& path, Scene& scene);
-  /// What a call on `scene`, found deleted under its lock, answers: what Get answers for its
-  /// id now (NOT_FOUND, or FAILED_PRECONDITION when it is no longer served).
-  [[nodiscard]] absl::Status GoneStatus(const Scene& scene) const;
+  /// LockForWrite (`Lock` std::unique_lock) and LockForRead (std::shared_lock).
+  template <typename Lock>
+  [[nodiscard]] absl::StatusOr<Lock> LockScene(const Scene& scene, absl::Time deadline) const;
 
   std::string dir_;
   PartStore* parts_;

@@ -1021,11 +1021,15 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
                                                      " bytes is above the upload limit of ",
                                                      config.max_upload_bytes));
   }
+  // A refusal of the upload's room by the quota, said of the upload (a failed count of the
+  // tenant's files is passed on as it is, not as a full quota).
+  const auto room_refused = [](const absl::Status& room, const std::string& what) {
+    if (!absl::IsResourceExhausted(room)) return room;
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " is above the tenant's free storage (", room.message(), ")"));
+  };
   if (const absl::Status room = upload_room.Grow(header.size_bytes()); !room.ok()) {
-    if (!absl::IsResourceExhausted(room)) return room;  // the count failed, not the quota
-    return absl::ResourceExhaustedError(absl::StrCat("file of ", header.size_bytes(),
-                                                     " bytes is above the tenant's free storage (",
-                                                     room.message(), ")"));
+    return room_refused(room, absl::StrCat("file of ", header.size_bytes(), " bytes"));
   }
   cad::TessellationOptions options;
   const v1::TessellationOptions& tess = header.tessellation();
@@ -1072,9 +1076,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
         // walks of the tenant's folder).
         const std::uint64_t need = msg.chunk().size() - upload_room.held();
         if (const absl::Status room = upload_room.Grow(need, kUploadStorageStep); !room.ok()) {
-          if (!absl::IsResourceExhausted(room)) return room;  // the count failed
-          return absl::ResourceExhaustedError(
-              absl::StrCat("upload is above the tenant's free storage (", room.message(), ")"));
+          return room_refused(room, "upload");
         }
       }
       const char* p = msg.chunk().data();
@@ -1214,21 +1216,13 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   CLASH_RETURN_IF_ERROR(MakeDirs(impl->tenants->root()));
   // Tenants found on disk are opened now: their scenes load (and damaged files are reported)
   // at start, not on a first call.
-  {
-    std::error_code ec;
-    for (auto it = std::filesystem::directory_iterator(impl->tenants->root(), ec);
-         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      std::error_code type_ec;
-      if (it->is_directory(type_ec) && IsTenantName(name)) {
-        CLASH_RETURN_IF_ERROR(impl->tenants->Get(name).status());
-      }
-    }
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat(impl->tenants->root(), " cannot be listed: ", ec.message()));
-    }
-  }
+  CLASH_RETURN_IF_ERROR(ForEachInFolder(
+      impl->tenants->root(), [&](const std::filesystem::directory_entry& entry) -> absl::Status {
+        const std::string name = entry.path().filename().string();
+        std::error_code ec;
+        if (!entry.is_directory(ec) || !IsTenantName(name)) return absl::OkStatus();
+        return impl->tenants->Get(name).status();
+      }));
 
   Impl* raw = impl.get();
   impl->metrics.AddGauge("clashd_query_running", "Queries running.",

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "clash/geom/status_macros.h"
 
 namespace clash::server {
 
@@ -19,19 +20,27 @@ bool IsHexId(const std::string& id, char prefix) {
   return id.size() == 33 && id[0] == prefix && IsLowerHex(std::string_view(id).substr(1));
 }
 
-absl::StatusOr<std::set<std::string>> IdsInFolder(const std::string& dir, char prefix) {
-  std::set<std::string> ids;
+absl::Status ForEachInFolder(
+    const std::string& dir,
+    const std::function<absl::Status(const std::filesystem::directory_entry&)>& fn) {
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator(dir, ec);
        !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!absl::EndsWith(name, ".pb")) continue;
+    CLASH_RETURN_IF_ERROR(fn(*it));
+  }
+  if (ec) return absl::InternalError(absl::StrCat(dir, " cannot be listed: ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::set<std::string>> IdsInFolder(const std::string& dir, char prefix) {
+  std::set<std::string> ids;
+  CLASH_RETURN_IF_ERROR(ForEachInFolder(dir, [&](const std::filesystem::directory_entry& entry) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::EndsWith(name, ".pb")) return absl::OkStatus();
     std::string id = name.substr(0, name.size() - 3);
     if (IsHexId(id, prefix)) ids.insert(std::move(id));
-  }
-  if (ec) {
-    return absl::InternalError(absl::StrCat(dir, " cannot be listed: ", ec.message()));
-  }
+    return absl::OkStatus();
+  }));
   return ids;
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
+#include <functional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -24,6 +26,12 @@ using cad::WriteFileAtomically;
 /// True for ids of the shape `prefix` + 32 lowercase hex digits (parts "p", assemblies "a",
 /// scenes "s"): the only names that become file names.
 [[nodiscard]] bool IsHexId(const std::string& id, char prefix);
+
+/// Calls `fn` on each entry of the folder `dir` and stops at its first error, which it returns.
+/// INTERNAL when the folder cannot be listed (no entry is left out silently).
+[[nodiscard]] absl::Status ForEachInFolder(
+    const std::string& dir,
+    const std::function<absl::Status(const std::filesystem::directory_entry&)>& fn);
 
 /// The ids (IsHexId with `prefix`) of the files "<id>.pb" in `dir`, in order. INTERNAL when the
 /// folder cannot be listed.

@@ -46,6 +46,11 @@ absl::StatusOr<std::uint64_t> Tenant::StorageBytes() const {
   const auto vanished = [](const std::error_code& ec) {
     return ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory;
   };
+  const auto cannot_count = [&](const std::filesystem::path& path, const std::error_code& ec) {
+    return absl::InternalError(absl::StrCat("the storage of tenant '", name_,
+                                            "' cannot be counted: ", path.string(), ": ",
+                                            ec.message()));
+  };
   while (!folders.empty()) {
     const std::filesystem::path folder = std::move(folders.back());
     folders.pop_back();
@@ -61,17 +66,11 @@ absl::StatusOr<std::uint64_t> Tenant::StorageBytes() const {
         if (!entry_ec) {
           total += size;
         } else if (!vanished(entry_ec)) {
-          return absl::InternalError(absl::StrCat("the storage of tenant '", name_,
-                                                  "' cannot be counted: ", it->path().string(),
-                                                  ": ", entry_ec.message()));
+          return cannot_count(it->path(), entry_ec);
         }
       }
     }
-    if (ec && !vanished(ec)) {
-      return absl::InternalError(absl::StrCat("the storage of tenant '", name_,
-                                              "' cannot be counted: ", folder.string(), ": ",
-                                              ec.message()));
-    }
+    if (ec && !vanished(ec)) return cannot_count(folder, ec);
   }
   return total;
 }
