@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -39,6 +40,7 @@ struct alignas(16) Bin {
 };
 
 constexpr int kMaxBins = 64;
+static_assert(kMaxBins <= 256, "a primitive keeps its bin on each axis in 8 bits");
 
 inline BoxF EmptyBoxF() {
   return {_mm_set1_ps(std::numeric_limits<float>::infinity()),
@@ -104,7 +106,11 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
   std::vector<Task> stack;
   stack.reserve(static_cast<std::size_t>(std::max(options.max_depth, 0)) + 2);
   stack.push_back({root_c.lo, root_c.hi, 0, 0, n, 0});
-  Bin bin_data[3 * kMaxBins];
+  Bin bin_data[3 * kMaxBins];  // axis k's bins from k * kMaxBins
+  Bin empty_bins[kMaxBins];    // copied over each axis's bins (a block copy: cheaper than a loop)
+  for (Bin& b : empty_bins) b = {EmptyBoxF(), 0};
+  // Each primitive's bins on the three axes (8 bits each) in the range being split.
+  std::vector<uint32_t> prim_bins(n);
   float right_area[kMaxBins];
   uint32_t right_count[kMaxBins];
   const __m128 zero = _mm_setzero_ps();
@@ -135,8 +141,8 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
 
     if (cext[axis] > 0 && task.depth + levels_left < options.max_depth) {
       // Binned SAH over all three axes. A centroid's bins are (c - lo) * (bins / extent),
-      // clamped to [0, bins - 1] (0 on an axis without extent); the partition below uses the
-      // same function.
+      // clamped to [0, bins - 1] (0 on an axis without extent); the partition below reads
+      // the bins kept here.
       alignas(16) float to_bin_f[4] = {0, 0, 0, 0};
       for (int k = 0; k < 3; ++k) {
         if (cext[k] > 0) to_bin_f[k] = static_cast<float>(bins) / cext[k];
@@ -147,23 +153,35 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
         // max(NaN, 0) is 0: a NaN lane falls in bin 0.
         return _mm_cvttps_epi32(_mm_min_ps(_mm_max_ps(f, zero), last_bin));
       };
-      for (int i = 0; i < 3 * bins; ++i) bin_data[i] = {EmptyBoxF(), 0};
+      for (int k = 0; k < 3; ++k) {
+        std::memcpy(&bin_data[k * kMaxBins], empty_bins,
+                    sizeof(Bin) * static_cast<std::size_t>(bins));
+      }
       for (uint32_t i = task.begin; i < task.end; ++i) {
         const uint32_t p = prims[i];
-        alignas(16) int32_t bi[4];
-        _mm_store_si128(reinterpret_cast<__m128i*>(bi), bins_of(fcen[p].p));
+        const __m128i bi = bins_of(fcen[p].p);
+        const int bx = _mm_cvtsi128_si32(bi);
+        const int by = _mm_cvtsi128_si32(_mm_shuffle_epi32(bi, _MM_SHUFFLE(1, 1, 1, 1)));
+        const int bz = _mm_cvtsi128_si32(_mm_shuffle_epi32(bi, _MM_SHUFFLE(2, 2, 2, 2)));
+        // Kept for the partition, which then need not bin the centroid again.
+        prim_bins[p] = static_cast<uint32_t>(bx) | static_cast<uint32_t>(by) << 8 |
+                       static_cast<uint32_t>(bz) << 16;
         const BoxF& b = fbox[p];
-        for (int k = 0; k < 3; ++k) {
-          Bin& bin = bin_data[k * bins + bi[k]];
-          AddBox(bin.box, b);
-          ++bin.count;
-        }
+        Bin& x = bin_data[bx];
+        Bin& y = bin_data[kMaxBins + by];
+        Bin& z = bin_data[2 * kMaxBins + bz];
+        AddBox(x.box, b);
+        AddBox(y.box, b);
+        AddBox(z.box, b);
+        ++x.count;
+        ++y.count;
+        ++z.count;
       }
       float best_cost = std::numeric_limits<float>::infinity();
       int best_axis = -1, best_split = -1;
       for (int k = 0; k < 3; ++k) {
         if (!(cext[k] > 0)) continue;
-        const Bin* kb = &bin_data[k * bins];
+        const Bin* kb = &bin_data[k * kMaxBins];
         // Right of each split: the area and count of bins i .. bins - 1.
         BoxF acc = EmptyBoxF();
         uint32_t cnt = 0;
@@ -197,12 +215,9 @@ BvhTopology BuildBvh(std::span<const Aabb> boxes, std::span<const Vec3> centroid
       }
       if (best_axis >= 0) {
         // Partition, gathering each side's centroid bounds.
-        const int k = best_axis;
-        const auto left_side = [&](uint32_t p) {
-          alignas(16) int32_t bi[4];
-          _mm_store_si128(reinterpret_cast<__m128i*>(bi), bins_of(fcen[p].p));
-          return bi[k] <= best_split;
-        };
+        const int shift = 8 * best_axis;
+        const uint32_t split = static_cast<uint32_t>(best_split);
+        const auto left_side = [&](uint32_t p) { return (prim_bins[p] >> shift & 0xffu) <= split; };
         uint32_t* first = prims + task.begin;
         uint32_t* last = prims + task.end;
         for (;;) {
