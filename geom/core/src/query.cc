@@ -61,6 +61,11 @@ struct PairFrame {
     *t = Rat * c;
   }
 
+  // The centre of a node of b in a's frame.
+  [[nodiscard]] Vec3 CenterInA(const BvhNode& nb) const {
+    return (identity ? nb.center : Vec3(X_AB.R * nb.center)) + X_AB.t;
+  }
+
   bool Overlap(const BvhNode& na, const BvhNode& nb) const {
     if (identity && !na.IsObb() && !nb.IsObb()) {
       // Fast path: translation-only pose, both boxes axis-aligned: interval tests.
@@ -129,8 +134,10 @@ bool DescendA(const BvhNode& na, const BvhNode& nb) {
   return na.half.squaredNorm() >= nb.half.squaredNorm();
 }
 
-// Visits every pair of overlapping leaves; `leaf(na, nb)` returns true to stop.
-template <typename LeafFn>
+// Visits every pair of overlapping leaves; `leaf(na, nb)` returns true to stop. With
+// kNearestFirst, of two overlapping children the one whose centre lies nearer the other node's
+// is visited first (for walks that stop at their first find); else the first child first.
+template <bool kNearestFirst = false, typename LeafFn>
 void ForOverlappingLeaves(const PairFrame& f, LeafFn&& leaf) {
   const auto& A = f.a.nodes();
   const auto& B = f.b.nodes();
@@ -154,11 +161,32 @@ void ForOverlappingLeaves(const PairFrame& f, LeafFn&& leaf) {
       stack[sp++][1] = jb;
     };
     if (DescendA(na, nb)) {
-      if (f.Overlap(A[na.index + 1], nb)) push(na.index + 1, ib);
-      if (f.Overlap(A[na.index], nb)) push(na.index, ib);
+      const bool o1 = f.Overlap(A[na.index + 1], nb), o0 = f.Overlap(A[na.index], nb);
+      if constexpr (kNearestFirst) {
+        if (o0 && o1) {
+          const Vec3 c = f.CenterInA(nb);
+          const bool far0 =
+              (A[na.index].center - c).squaredNorm() > (A[na.index + 1].center - c).squaredNorm();
+          push(na.index + (far0 ? 0 : 1), ib);
+          push(na.index + (far0 ? 1 : 0), ib);
+          continue;
+        }
+      }
+      if (o1) push(na.index + 1, ib);
+      if (o0) push(na.index, ib);
     } else {
-      if (f.Overlap(na, B[nb.index + 1])) push(ia, nb.index + 1);
-      if (f.Overlap(na, B[nb.index])) push(ia, nb.index);
+      const bool o1 = f.Overlap(na, B[nb.index + 1]), o0 = f.Overlap(na, B[nb.index]);
+      if constexpr (kNearestFirst) {
+        if (o0 && o1) {
+          const bool far0 = (f.CenterInA(B[nb.index]) - na.center).squaredNorm() >
+                            (f.CenterInA(B[nb.index + 1]) - na.center).squaredNorm();
+          push(ia, nb.index + (far0 ? 0 : 1));
+          push(ia, nb.index + (far0 ? 1 : 0));
+          continue;
+        }
+      }
+      if (o1) push(ia, nb.index + 1);
+      if (o0) push(ia, nb.index);
     }
   }
 }
@@ -212,7 +240,7 @@ struct Crossing {
 };
 std::optional<Crossing> FirstCrossing(const PairFrame& f) {
   std::optional<Crossing> first;
-  ForOverlappingLeaves(f, [&](const BvhNode& na, const BvhNode& nb) {
+  ForOverlappingLeaves<true>(f, [&](const BvhNode& na, const BvhNode& nb) {
     return ForCrossingTriangles(f, na, nb,
                                 [&](uint32_t ia, uint32_t jb, const TriangleIntersection& x) {
                                   first = Crossing{ia, jb, x.p0};
