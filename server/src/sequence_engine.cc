@@ -134,7 +134,8 @@ absl::StatusOr<geom::Motion> MotionToInstall(const v1::Motion& m, const RigidTra
 
 absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& request,
                          const StopCheck& stop,
-                         const std::function<void(const v1::ValidateSequenceEvent&)>& emit) {
+                         const std::function<void(const v1::ValidateSequenceEvent&)>& emit,
+                         const SequenceLimits& limits) {
   const v1::Tolerances& tol = request.tolerances();
   CLASH_RETURN_IF_ERROR(ValidateTolerances(tol));
   if (request.steps().empty()) return absl::InvalidArgumentError("the sequence has no step");
@@ -239,8 +240,21 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     result.set_blocked_t(1.0);
     result.set_first_contact_t(-1);
     result.set_min_clearance_mm(std::numeric_limits<double>::infinity());
-    double best_blocked = 2.0;
-    std::optional<geom::Motion> first_motion;  // of movers[k].front(), for blocked_pose
+    // Each mover is swept on its own, carried by the first mover's motion. The group moves as
+    // one body, so it goes no farther than where one of its movers is blocked or its sweep
+    // stops undecided (`end`): a mover swept past that is swept again up to it, and nothing
+    // past it is reported (clearance, profile, first contact).
+    struct MoverSweep {
+      const InstanceRec* m;
+      geom::Motion motion;
+      std::vector<geom::SweepObstacle> obstacles;
+      absl::flat_hash_map<uint64_t, const InstanceRec*> by_id;
+      geom::SweepOptions options;
+      geom::SweepResult r;
+      double reached = -1;  // the parameter its sweep got to (-1: not swept yet)
+    };
+    std::vector<MoverSweep> sweeps;
+    sweeps.reserve(movers[k].size());
     for (const InstanceRec* m : movers[k]) {
       result.add_moving_paths(m->path);
       // The group moves as one rigid body: every mover is carried by the first mover's motion
@@ -248,35 +262,59 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       // pose would shear the group mid-path).
       CLASH_ASSIGN_OR_RETURN(
           geom::Motion motion,
-          first_motion ? first_motion->Carrying(movers[k].front()->X_WP.Inverse() * m->X_WP)
-                       : MotionToInstall(step.motion(), m->X_WP,
-                                         absl::StrCat("step ", k + 1, " (", m->path, ")")));
-      if (!first_motion) first_motion = motion;
-      std::vector<geom::SweepObstacle> obstacles;
-      absl::flat_hash_map<uint64_t, const InstanceRec*> by_id;
-      for (const Standing& s : standing) {
-        if (const AllowRule* covered = AllowedBy(rules, m->id, s.rec->id)) {
+          !sweeps.empty()
+              ? sweeps.front().motion.Carrying(movers[k].front()->X_WP.Inverse() * m->X_WP)
+              : MotionToInstall(step.motion(), m->X_WP,
+                                absl::StrCat("step ", k + 1, " (", m->path, ")")));
+      MoverSweep& s = sweeps.emplace_back(MoverSweep{m, std::move(motion), {}, {}, {}, {}});
+      for (const Standing& st : standing) {
+        if (const AllowRule* covered = AllowedBy(rules, m->id, st.rec->id)) {
           result.add_suppressed(
-              absl::StrCat(m->path, " / ", s.rec->path, " (", covered->name, ")"));
+              absl::StrCat(m->path, " / ", st.rec->path, " (", covered->name, ")"));
           continue;
         }
-        obstacles.push_back({s.rec->part->geom.get(), s.X, s.rec->id});
-        by_id[s.rec->id] = s.rec;
+        s.obstacles.push_back({st.rec->part->geom.get(), st.X, st.rec->id});
+        s.by_id[st.rec->id] = st.rec;
       }
-      geom::SweepOptions options;
       const geom::Aabb& box = m->part->geom->bounds();
-      options.contact_mm = contact_of(
-          *m, motion.start(),
-          motion.MaxTravel(0, 1, geom::Sphere{box.Center(), 0.5 * box.Diagonal()}), obstacles);
-      options.clearance_mm = tol.clearance_mm();
-      options.profile = request.clearance_profile();
-      absl::Status stopped;
-      const geom::SweepResult r = geom::Sweep(*m->part->geom, motion, obstacles, options, [&] {
-        stopped = stop();
-        return !stopped.ok();
-      });
-      CLASH_RETURN_IF_ERROR(stopped);
-      result.set_distance_queries(result.distance_queries() + r.distance_queries);
+      s.options.contact_mm = contact_of(
+          *m, s.motion.start(),
+          s.motion.MaxTravel(0, 1, geom::Sphere{box.Center(), 0.5 * box.Diagonal()}), s.obstacles);
+      s.options.clearance_mm = tol.clearance_mm();
+      s.options.profile = request.clearance_profile();
+      s.options.max_iterations = limits.max_sweep_iterations;
+    }
+    double end = 1.0;
+    // Each pass lowers `end` or ends the loop; a re-swept mover reaches the new end unless it is
+    // blocked or undecided before it, so two or three passes settle it (the cap only bounds work).
+    for (int pass = 0, again = 1; again && pass < 8; ++pass) {
+      again = 0;
+      for (MoverSweep& s : sweeps) {
+        if (s.reached >= 0 && s.reached <= end) continue;
+        s.options.t_end = end;
+        absl::Status stopped;
+        s.r = geom::Sweep(*s.m->part->geom, s.motion, s.obstacles, s.options, [&] {
+          stopped = stop();
+          return !stopped.ok();
+        });
+        CLASH_RETURN_IF_ERROR(stopped);
+        result.set_distance_queries(result.distance_queries() + s.r.distance_queries);
+        s.reached = s.r.blocked     ? s.r.t_contact
+                    : s.r.exhausted ? std::max(s.r.t_last_free, 0.0)
+                                    : end;
+        if (s.reached < end) {
+          end = s.reached;
+          again = 1;
+        }
+      }
+    }
+    double best_blocked = 2.0;
+    double undecided_t = 2.0;
+    const InstanceRec* blocked_mover = nullptr;  // the first mover blocked at best_blocked
+    const geom::Motion& first_motion = sweeps.front().motion;
+    for (const MoverSweep& s : sweeps) {
+      const InstanceRec* m = s.m;
+      const geom::SweepResult& r = s.r;
       if (r.first_touch_t >= 0 &&
           (result.first_contact_t() < 0 || r.first_touch_t < result.first_contact_t())) {
         result.set_first_contact_t(r.first_touch_t);
@@ -284,10 +322,10 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       if (r.min_distance < result.min_clearance_mm()) {
         result.set_min_clearance_mm(r.min_distance);
         result.set_min_clearance_t(r.t_min_distance);
-        auto it = by_id.find(r.min_distance_id);
-        result.set_min_clearance_path(it == by_id.end() ? std::string() : it->second->path);
+        auto it = s.by_id.find(r.min_distance_id);
+        result.set_min_clearance_path(it == s.by_id.end() ? std::string() : it->second->path);
       }
-      if (options.profile && result.profile().empty()) {
+      if (s.options.profile && result.profile().empty()) {
         for (const auto& [t, d] : r.profile) {
           v1::ProfileSample* p = result.add_profile();
           p->set_t(t);
@@ -295,26 +333,30 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         }
       }
       if (r.exhausted && !r.blocked) {
-        // Not proven free: counted as blocked, and said so.
+        // Not proven free past where the sweep got to: counted as blocked, and said so.
         result.set_undecided(true);
         result.set_ok(false);
+        undecided_t = std::min(undecided_t, std::max(r.t_last_free, 0.0));
       }
       // The earliest block wins; movers blocked at the same t all list their blockers.
       if (r.blocked && r.t_contact <= best_blocked) {
-        if (r.t_contact < best_blocked) result.clear_blockers();
+        if (r.t_contact < best_blocked) {
+          result.clear_blockers();
+          blocked_mover = m;
+        }
         best_blocked = r.t_contact;
         result.set_ok(false);
         result.set_blocked_t(r.t_contact);
         // The first mover's pose then, whichever mover is blocked (the proto's promise: a
         // report places the moving group by it).
-        ToProto(m == movers[k].front() ? r.X_contact : first_motion->PoseAt(r.t_contact),
+        ToProto(m == movers[k].front() ? r.X_contact : first_motion.PoseAt(r.t_contact),
                 result.mutable_blocked_pose());
         for (std::size_t i = 0; i < r.blocking_ids.size(); ++i) {
           const uint64_t id = r.blocking_ids[i];
           v1::Blocker* b = result.add_blockers();
           b->set_instance_id(id);
-          auto it = by_id.find(id);
-          if (it != by_id.end()) b->set_path(it->second->path);
+          auto it = s.by_id.find(id);
+          if (it != s.by_id.end()) b->set_path(it->second->path);
           b->set_clash_class(i < r.blocking_classes.size() &&
                                      r.blocking_classes[i] == geom::ClashClass::kContained
                                  ? v1::CONTAINED
@@ -324,6 +366,12 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         }
       }
     }
+    // An undecided step reports where its group was proven free up to (its sweeps settle on
+    // the same end, so a block, when there is one too, lies there).
+    if (undecided_t < result.blocked_t()) {
+      result.set_blocked_t(undecided_t);
+      ToProto(first_motion.PoseAt(undecided_t), result.mutable_blocked_pose());
+    }
     // A block is a contact: the first contact comes no later (a part that starts inside an
     // obstacle, or a block refined between two checked poses, has no earlier checked contact).
     if (best_blocked <= 1.0 &&
@@ -331,9 +379,9 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       result.set_first_contact_t(best_blocked);
     }
     if (request.all_free_directions() || (request.free_directions() && !result.ok())) {
-      // Escape directions of the first moving instance from its installed pose, among the
-      // obstacles its sweep saw (allowed pairs left out).
-      const InstanceRec* m = movers[k].front();
+      // Escape directions, from its installed pose, of the mover blocked first (of the first
+      // mover when none is), among the obstacles its sweep saw (allowed pairs left out).
+      const InstanceRec* m = blocked_mover != nullptr ? blocked_mover : movers[k].front();
       std::vector<geom::SweepObstacle> obstacles;
       for (const Standing& s : standing) {
         if (!AllowedBy(rules, m->id, s.rec->id)) {

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "clash/geom/motion.h"
+#include "clash/geom/sweep.h"
 #include "clash/v1/sequences.pb.h"
 #include "query_engine.h"
 #include "scene.h"
@@ -25,8 +26,16 @@ namespace clash::server {
 /// The caller holds the scene's mutex shared. Errors: NOT_FOUND (unknown instances, groups or
 /// paths), INVALID_ARGUMENT (bad motions or tolerances, an instance moved by two steps, a step
 /// moving nothing), and `stop`'s status.
+/// Bounds on a sequence's work besides its stop check.
+struct SequenceLimits {
+  /// Poses one mover's sweep may check in a step (geom::SweepOptions::max_iterations); a sweep
+  /// that reaches it leaves its step undecided.
+  int max_sweep_iterations = geom::SweepOptions{}.max_iterations;
+};
+
 [[nodiscard]] absl::Status RunSequence(
     const Scene& scene, const v1::ValidateSequenceRequest& request, const StopCheck& stop,
-    const std::function<void(const v1::ValidateSequenceEvent&)>& emit);
+    const std::function<void(const v1::ValidateSequenceEvent&)>& emit,
+    const SequenceLimits& limits = {});
 
 }  // namespace clash::server

@@ -656,9 +656,10 @@ TEST(FormatSequence, OkBlockedAndUndecidedSteps) {
   EXPECT_THAT(table, HasSubstr("3 steps: 1 ok, 2 blocked, 0 not run; first blocked: step 2"));
   const std::string junit = SequenceJunitReport("s1", steps, summary);
   EXPECT_THAT(junit, HasSubstr("<failure message=\"blocked at t=0.5\">as1/nut (HARD)</failure>"));
-  EXPECT_THAT(junit,
-              HasSubstr("<failure message=\"undecided at t=0.75\">not decided: the sweep "
-                        "reached its iteration cap (the path is not proven free)</failure>"));
+  EXPECT_THAT(
+      junit,
+      HasSubstr("<failure message=\"undecided at t=0.75\">not decided: the sweep "
+                "reached its iteration cap (the path is proven free only up to its t)</failure>"));
 }
 
 TEST(FormatAssembly, IndentedTreeByPath) {

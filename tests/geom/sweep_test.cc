@@ -162,6 +162,66 @@ TEST(Sweep, PegBlockedByANarrowerHoleAtTheComputedParameter) {
   EXPECT_NEAR(r.p_contact_W.z(), 2.5 - (r.t_contact * narrow.travel - 10), 1e-6);
 }
 
+// A scan limited to t_end stops there: short of the block it is free with t_last_free = t_end,
+// its profile ends at t_end and its minimum distance is that of the poses it reached; past the
+// block it is blocked as the full scan is.
+TEST(Sweep, TEndLimitsTheScan) {
+  constexpr double kTau = 0.1;
+  const PegThroughHole narrow(5.0, 3.0);
+  const double t_hard = (PegThroughHole::kGap + kTau) / narrow.travel;
+  SweepOptions opt = Contact(kTau);
+  opt.profile = true;
+  const SweepResult full = narrow.Run(opt);
+  ASSERT_TRUE(full.blocked);
+
+  opt.t_end = 0.5 * t_hard;  // the peg's bottom 5 mm above the plate there
+  const SweepResult early = narrow.Run(opt);
+  EXPECT_FALSE(early.blocked);
+  EXPECT_FALSE(early.exhausted);
+  EXPECT_EQ(early.t_last_free, opt.t_end);
+  EXPECT_EQ(early.first_touch_t, -1.0);
+  ASSERT_FALSE(early.profile.empty());
+  EXPECT_EQ(early.profile.back().first, opt.t_end);
+  for (const auto& [t, d] : early.profile) EXPECT_LE(t, opt.t_end);
+  const double gap_at_end = PegThroughHole::kGap - opt.t_end * narrow.travel;
+  EXPECT_NEAR(early.min_distance, gap_at_end, 1e-9);
+  EXPECT_NEAR(early.t_min_distance, opt.t_end, kParamTol);
+
+  opt.t_end = 0.5 * (1 + t_hard);
+  const SweepResult past = narrow.Run(opt);
+  ASSERT_TRUE(past.blocked);
+  EXPECT_NEAR(past.t_contact, full.t_contact, kParamTol);
+  EXPECT_EQ(past.blocking_ids, full.blocking_ids);
+
+  opt.t_end = 0.0;  // the start pose only
+  const SweepResult start = narrow.Run(opt);
+  EXPECT_FALSE(start.blocked);
+  EXPECT_EQ(start.iterations, 1);
+  EXPECT_EQ(start.t_last_free, 0.0);
+}
+
+// A τ below the step floor (1e-9 of the larger of the part's diagonal and its travel) is
+// raised to it for the classification too: the steps, of that size, can pass a pose that deep
+// between two checked ones, so a smaller τ would call HARD at the checked poses what it cannot
+// see between them. A 10 mm cube (diagonal 17.3 mm: floor 1.73e-8 mm) pressed into a table is
+// lifted 10 mm off it: 5e-9 mm deep touches, 1e-6 mm deep blocks.
+TEST(Sweep, AContactToleranceBelowTheStepFloorIsRaisedToIt) {
+  const PartPtr table = MakeBox(Vec3(50, 50, 5), Vec3(0, 0, -5)).Part();
+  const PartPtr cube = MakeBox(Vec3(5, 5, 5)).Part();
+  const SweepObstacle o[] = {{table.get(), RigidTransform::Identity(), 1}};
+  const auto lift = [&](double depth) {
+    const Motion m = Ok(Motion::Linear(At(Vec3(0, 0, 5 - depth)), Vec3::UnitZ(), 10));
+    return Sweep(*cube, m, o, Contact(1e-12));
+  };
+  const SweepResult shallow = lift(5e-9);
+  EXPECT_FALSE(shallow.blocked);
+  EXPECT_FALSE(shallow.exhausted);
+  EXPECT_EQ(shallow.first_touch_t, 0.0);
+  const SweepResult deep = lift(1e-6);
+  EXPECT_TRUE(deep.blocked);
+  EXPECT_EQ(deep.t_contact, 0.0);
+}
+
 TEST(Sweep, RoundPegAndHole) {
   // Coaxial 32-gons with vertices at the same angles: the gap between parallel facets is
   // (r_hole - r_peg) cos(π/32).
@@ -243,7 +303,10 @@ TEST(Sweep, ScrewMotion) {
     EXPECT_FALSE(r.blocked);
     EXPECT_FALSE(r.exhausted);
     // The bolt's vertices sweep a circle of radius 5, the nut's facets are 6 cos(7.5°) away.
-    EXPECT_GE(r.min_distance_lower_bound, 0.0);
+    // The bound is positive (the directional step keeps its margin) and not above the true
+    // minimum, at most 1 (a nut vertex at radius 6 passes a bolt vertex at radius 5).
+    EXPECT_GT(r.min_distance_lower_bound, 0.0);
+    EXPECT_LE(r.min_distance_lower_bound, 1.0 + 1e-9);
     EXPECT_GE(r.min_distance, 6 * std::cos(kPi / 24) - 5 - 1e-9);
     // The footprints about the axis never meet: one step (distance steps of at most 0.9 mm
     // on a bolt of radius 11 would take ~50).
@@ -506,7 +569,10 @@ void ExpectDistanceFieldsConsistent(const Part& moving, const Motion& m,
     EXPECT_LE(r.min_distance, NearestDistance(moving, m.PoseAt(1), obstacles) + kSame);
   }
   EXPECT_LE(r.min_distance_lower_bound, r.min_distance + kSame);
-  EXPECT_GE(r.min_distance_lower_bound, 0.0);
+  // A path with no checked pose within τ ran in far mode, whose steps keep τ/2.
+  if (!r.blocked && r.first_touch_t < 0 && r.min_distance < kInf) {
+    EXPECT_GE(r.min_distance_lower_bound, tau / 2 - kSame);
+  }
   if (r.first_touch_t >= 0) {
     const RigidTransform X_touch = m.PoseAt(r.first_touch_t);
     const double d = NearestDistance(moving, X_touch, obstacles);
@@ -613,8 +679,8 @@ TEST(Sweep, AgreesWithDenseSampling) {
       EXPECT_EQ(p.t_min_distance, min_t);
       EXPECT_EQ(p.first_touch_t, touch_t);
     }
-    // The checked pose before the profile's first touch: the first touch lies after it, so
-    // every sample up to it is farther than τ (sweep.h).
+    // The checked pose before the profile's first touch: up to it the path kept at least τ/2
+    // from every obstacle (sweep.h; only a pass within τ/2 is sure to have a checked touch).
     double untouched_until = -1.0;
     for (std::size_t i = 1; i < p.profile.size(); ++i) {
       if (p.profile[i].first == p.first_touch_t) untouched_until = p.profile[i - 1].first;
@@ -628,9 +694,9 @@ TEST(Sweep, AgreesWithDenseSampling) {
         const double d = NearestDistance(*moving, X, obstacles, std::max(sampled_min, kTau));
         if (d < sampled_min) std::tie(sampled_min, t_sampled_min) = std::tie(d, t);
         if (t <= untouched_until) {
-          EXPECT_GT(d, kTau) << "trial " << trial << " t=" << t << ": touching before the "
-                             << "checked pose " << untouched_until << " before the first touch "
-                             << p.first_touch_t;
+          EXPECT_GE(d, kTau / 2 - 1e-9)
+              << "trial " << trial << " t=" << t << ": within τ/2 before the checked pose "
+              << untouched_until << " before the first touch " << p.first_touch_t;
         }
       }
       // Deeper than 1.25 τ implies deeper than τ: the second test only where the first hits.

@@ -2292,8 +2292,10 @@ TEST_F(ServerTest, SequencesAreValidatedContinuouslyAndStreamed) {
   EXPECT_FALSE(ok.profile().empty());
   const v1::StepResult& blocked = report->steps[1];
   EXPECT_FALSE(blocked.ok());
-  // The peg's bottom starts at z = 40 and meets the tube's top (z = 5) after 35 of 60 mm.
-  EXPECT_NEAR(blocked.blocked_t(), 35.0 / 60.0, 0.01);
+  // The peg's bottom starts at z = 40 and meets the tube's top (z = 5) after 35 of 60 mm; it is
+  // blocked τ (0.01 mm) deeper, found by bisection within τ/4 of travel.
+  EXPECT_GE(blocked.blocked_t(), 35.01 / 60.0 - 1e-9);
+  EXPECT_LE(blocked.blocked_t(), 35.0125 / 60.0 + 1e-9);
   ASSERT_EQ(blocked.blockers_size(), 1);
   EXPECT_EQ(blocked.blockers(0).path(), "tube2");
   EXPECT_EQ(blocked.blockers(0).clash_class(), v1::HARD);
@@ -2337,7 +2339,8 @@ TEST_F(ServerTest, BlockedPoseIsTheFirstMoversWhicheverMoverIsBlocked) {
   EXPECT_FALSE(r.ok());
   ASSERT_EQ(r.blockers_size(), 1);
   EXPECT_EQ(r.blockers(0).moving_path(), "pegs/wide");
-  EXPECT_NEAR(r.blocked_t(), 35.0 / 60.0, 0.01);
+  EXPECT_GE(r.blocked_t(), 35.01 / 60.0 - 1e-9);  // as in SequencesAreValidatedContinuously...
+  EXPECT_LE(r.blocked_t(), 35.0125 / 60.0 + 1e-9);
   // The narrow peg, installed at the origin, comes down from z = 60.
   const RigidTransform X = FromPose(r.blocked_pose());
   EXPECT_NEAR(X.t.x(), 0.0, 1e-9);

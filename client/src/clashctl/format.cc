@@ -588,7 +588,8 @@ std::string StepProblem(const v1::StepResult& step) {
   const std::string blockers = StepBlockers(step);
   if (!step.undecided()) return blockers;
   const std::string undecided =
-      "not decided: the sweep reached its iteration cap (the path is not proven free)";
+      "not decided: the sweep reached its iteration cap (the path is proven free only up to "
+      "its t)";
   return blockers.empty() ? undecided : absl::StrCat(blockers, "; ", undecided);
 }
 

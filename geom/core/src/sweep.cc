@@ -23,7 +23,9 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // With τ = 0 the steps still need a floor to terminate: this fraction of the larger of the
 // part's diagonal and its total travel. It is far above the rounding of distances (~1e-15 of
-// the coordinates) and far below any tessellation tolerance.
+// the coordinates) and far below any tessellation tolerance. A τ below it is raised to it for
+// the classification too: steps of that size let a pose between two checked ones go about that
+// deep, which a smaller τ would call HARD unseen.
 constexpr double kMinStepRelative = 1e-9;
 // Bisection of the first blocked parameter stops when the bracket's travel is at most this
 // fraction of τ.
@@ -55,10 +57,9 @@ class Sweeper {
         obstacles_(obstacles),
         options_(options),
         should_stop_(should_stop),
-        sphere_(TravelSphere(moving)),
-        tau_(std::max(options.contact_mm, 0.0)) {
+        sphere_(TravelSphere(moving)) {
     const double scale = std::max(moving.bounds().Diagonal(), motion.MaxTravel(0, 1, sphere_));
-    tau_step_ = std::max(tau_, kMinStepRelative * scale);
+    tau_step_ = std::max(std::max(options.contact_mm, 0.0), kMinStepRelative * scale);
     clearance_ = std::max(options.clearance_mm, 0.0);
     resolution_ = options.clearance_resolution_mm > 0 ? options.clearance_resolution_mm
                                                       : std::max(tau_step_ / 2, clearance_ / 4);
@@ -137,7 +138,7 @@ class Sweeper {
                                 double* budget) {
     std::vector<Blocker> blockers;
     PairTolerances tol;
-    tol.contact_mm = tau_;
+    tol.contact_mm = tau_step_;
     for (const auto& [i, distance] : which) {
       double depth = 0.0;
       if (distance > 0) {
@@ -282,7 +283,6 @@ class Sweeper {
   const SweepOptions& options_;
   const std::function<bool()>& should_stop_;
   const Sphere sphere_;
-  const double tau_;
   double tau_step_ = 0.0;
   double clearance_ = 0.0;
   double resolution_ = 0.0;
@@ -292,6 +292,8 @@ class Sweeper {
 };
 
 SweepResult Sweeper::Run() {
+  // (A NaN t_end scans the start pose only.)
+  const double t_end = options_.t_end >= 1.0 ? 1.0 : options_.t_end > 0.0 ? options_.t_end : 0.0;
   double t = 0.0;
   double t_free = -1.0;
   // Distance and travel of the previous step, for the lower bound of the minimum distance.
@@ -340,7 +342,7 @@ SweepResult Sweeper::Run() {
       return std::move(result_);
     }
     t_free = t;
-    if (t >= 1.0) break;
+    if (t >= t_end) break;
     const bool far = dist.near.empty() && dist.min < kInf;
     if (far) {
       // Far mode: the part stays at least τ/2 away from every obstacle over the step.
@@ -350,7 +352,7 @@ SweepResult Sweeper::Run() {
     double next = motion_.AdvanceLimit(t, budget, sphere_);
     const double plain_next = next;
     prev_margin = 0.0;
-    if (far && next < 1.0 && motion_.kind() != MotionKind::kKeyframes && motion_.amount() != 0) {
+    if (far && next < t_end && motion_.kind() != MotionKind::kKeyframes && motion_.amount() != 0) {
       // A translation or a turn may go farther: as far as no obstacle can come within the
       // margin the distance step keeps (τ/2, or C while farther than the clearance C), by
       // separating axes or footprints about the axis, and not within half the current distance (so
@@ -373,6 +375,7 @@ SweepResult Sweeper::Run() {
       if (prev_margin > 0 && t + kProfileStep <= plain_next) --result_.directional_steps;
       next = t + kProfileStep;
     }
+    next = std::min(next, t_end);
     if (!(next > t)) {
       result_.exhausted = true;  // the step fell below the spacing of doubles
       break;

@@ -3,7 +3,9 @@
 //
 // Conservative advancement (Mirtich, "Impulse-based dynamic simulation of rigid body systems",
 // 1996; Zhang, Lee, Kim, "Continuous collision detection for articulated models using Taylor
-// models and temporal culling", 2007) with the displacement bound of motion.h. τ = contact_mm.
+// models and temporal culling", 2007) with the displacement bound of motion.h. τ = contact_mm,
+// raised to 1e-9 of the larger of the part's diagonal and its travel when below that (so that
+// the steps stay finite): that floor is the τ of every step and of every classification below.
 //
 // The loop visits poses 0 = t_0 < t_1 < ... of the moving part. At each pose t:
 //  1. d(t) = the minimum surface distance to the obstacles: obstacles are visited in order of
@@ -105,6 +107,8 @@ struct SweepObstacle {
 /// Settings of Sweep.
 struct SweepOptions {
   /// τ: surfaces within τ, or crossing by at most τ, touch (CONTACT, allowed); deeper blocks.
+  /// At least 1e-9 of the larger of the part's diagonal and its travel (a lower value is
+  /// raised to that).
   double contact_mm = 0.0;
   /// Clearance C for reporting: the path's approach closer than C is sampled finely (see
   /// clearance_resolution_mm) so that the reported minimum distance is accurate there. 0: none.
@@ -115,6 +119,10 @@ struct SweepOptions {
   bool profile = false;
   /// Cap on checked poses; reaching it stops the scan with `exhausted`.
   int max_iterations = 100000;
+  /// The scan covers the motion's parameters [0, t_end] only (clamped to [0, 1]): the movers
+  /// of a group that another mover blocks go no farther than it. Unblocked, t_last_free is
+  /// t_end.
+  double t_end = 1.0;
 };
 
 /// The outcome of one sweep.
@@ -132,11 +140,12 @@ struct SweepResult {
   Vec3 p_contact_W = Vec3::Zero();
   std::vector<Vec3> blocking_points_W;  ///< Each blocker's own witness point (parallel).
   /// Last checked parameter that was free (every checked pose up to it was not blocked): 1
-  /// when the whole path was checked unblocked, -1 when the start pose is blocked; after a stop
-  /// or the iteration cap, where the scan got to.
+  /// (t_end) when the whole path was checked unblocked, -1 when the start pose is blocked; after
+  /// a stop or the iteration cap, where the scan got to.
   double t_last_free = 1.0;
-  /// First checked parameter with distance <= τ (touching without blocking), -1 if none. The
-  /// first touch lies after the previous checked pose and at or before this one.
+  /// First checked parameter with distance <= τ (touching without blocking), -1 if none. Up to
+  /// the checked pose before it the path kept at least τ/2 from every obstacle; it may have come
+  /// between τ/2 and τ of one between two checked poses without a checked pose within τ.
   double first_touch_t = -1.0;
   uint64_t first_touch_id = 0;  ///< The nearest obstacle there.
   /// Minimum distance at the checked poses (0 when surfaces crossed), with where and which.
