@@ -286,9 +286,12 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     }
     double end = 1.0;
     // Each pass lowers `end` or ends the loop; a re-swept mover reaches the new end unless it is
-    // blocked or undecided before it, so two or three passes settle it (the cap only bounds work).
-    for (int pass = 0, again = 1; again && pass < 8; ++pass) {
-      again = 0;
+    // blocked or undecided before it, so two or three passes settle it. The cap only bounds
+    // work: a group still unsettled after it is reported undecided up to `end`, and the sweeps
+    // that went past it are left out of the report.
+    bool again = true;
+    for (int pass = 0; again && pass < 16; ++pass) {
+      again = false;
       for (MoverSweep& s : sweeps) {
         if (s.reached >= 0 && s.reached <= end) continue;
         s.options.t_end = end;
@@ -304,15 +307,21 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
                                     : end;
         if (s.reached < end) {
           end = s.reached;
-          again = 1;
+          again = true;
         }
       }
     }
     double best_blocked = 2.0;
     double undecided_t = 2.0;
+    if (again) {
+      result.set_undecided(true);
+      result.set_ok(false);
+      undecided_t = end;
+    }
     const InstanceRec* blocked_mover = nullptr;  // the first mover blocked at best_blocked
     const geom::Motion& first_motion = sweeps.front().motion;
     for (const MoverSweep& s : sweeps) {
+      if (s.reached > end) continue;  // (only when the passes did not settle)
       const InstanceRec* m = s.m;
       const geom::SweepResult& r = s.r;
       if (r.first_touch_t >= 0 &&
@@ -324,13 +333,6 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         result.set_min_clearance_t(r.t_min_distance);
         auto it = s.by_id.find(r.min_distance_id);
         result.set_min_clearance_path(it == s.by_id.end() ? std::string() : it->second->path);
-      }
-      if (s.options.profile && result.profile().empty()) {
-        for (const auto& [t, d] : r.profile) {
-          v1::ProfileSample* p = result.add_profile();
-          p->set_t(t);
-          p->set_distance_mm(d);
-        }
       }
       if (r.exhausted && !r.blocked) {
         // Not proven free past where the sweep got to: counted as blocked, and said so.
@@ -371,6 +373,16 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     if (undecided_t < result.blocked_t()) {
       result.set_blocked_t(undecided_t);
       ToProto(first_motion.PoseAt(undecided_t), result.mutable_blocked_pose());
+    }
+    // The first mover's profile, up to blocked_t (a blocked sweep's last sample is the first
+    // blocked pose it checked, which its bisection then moved t_contact back from).
+    if (request.clearance_profile() && sweeps.front().reached <= end) {
+      for (const auto& [t, d] : sweeps.front().r.profile) {
+        if (t > result.blocked_t()) break;
+        v1::ProfileSample* p = result.add_profile();
+        p->set_t(t);
+        p->set_distance_mm(d);
+      }
     }
     // A block is a contact: the first contact comes no later (a part that starts inside an
     // obstacle, or a block refined between two checked poses, has no earlier checked contact).

@@ -22,10 +22,6 @@ namespace clash::server {
                                                            const geom::RigidTransform& X_installed,
                                                            const std::string& what);
 
-/// Runs the sequence; `emit` receives progress, one StepResult per step run, then the summary.
-/// The caller holds the scene's mutex shared. Errors: NOT_FOUND (unknown instances, groups or
-/// paths), INVALID_ARGUMENT (bad motions or tolerances, an instance moved by two steps, a step
-/// moving nothing), and `stop`'s status.
 /// Bounds on a sequence's work besides its stop check.
 struct SequenceLimits {
   /// Poses one mover's sweep may check in a step (geom::SweepOptions::max_iterations); a sweep
@@ -33,6 +29,10 @@ struct SequenceLimits {
   int max_sweep_iterations = geom::SweepOptions{}.max_iterations;
 };
 
+/// Runs the sequence; `emit` receives progress, one StepResult per step run, then the summary.
+/// The caller holds the scene's mutex shared. Errors: NOT_FOUND (unknown instances, groups or
+/// paths), INVALID_ARGUMENT (bad motions or tolerances, an instance moved by two steps, a step
+/// moving nothing), and `stop`'s status.
 [[nodiscard]] absl::Status RunSequence(
     const Scene& scene, const v1::ValidateSequenceRequest& request, const StopCheck& stop,
     const std::function<void(const v1::ValidateSequenceEvent&)>& emit,

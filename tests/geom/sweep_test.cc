@@ -173,6 +173,13 @@ TEST(Sweep, TEndLimitsTheScan) {
   opt.profile = true;
   const SweepResult full = narrow.Run(opt);
   ASSERT_TRUE(full.blocked);
+  // A blocked scan's path ends at t_contact: its last sample is taken there (the scan checked
+  // a blocked pose past it, which the bisection then moved back from), and nothing later.
+  ASSERT_FALSE(full.profile.empty());
+  EXPECT_EQ(full.profile.back().first, full.t_contact);
+  EXPECT_EQ(full.profile.back().second, 0.0);  // crossing, τ deep or more
+  EXPECT_LE(full.t_min_distance, full.t_contact);
+  EXPECT_LE(full.first_touch_t, full.t_contact);
 
   opt.t_end = 0.5 * t_hard;  // the peg's bottom 5 mm above the plate there
   const SweepResult early = narrow.Run(opt);
@@ -582,6 +589,33 @@ void ExpectDistanceFieldsConsistent(const Part& moving, const Motion& m,
   } else {
     EXPECT_GT(r.min_distance, tau - kSame) << "a checked pose within τ, but no first touch";
   }
+}
+
+// A blocked scan's path ends at t_contact, where its last sample is taken, not at the blocked
+// pose the scan checked past it. A 10 mm cube comes down onto a 4 mm square plate 1 µm thick:
+// from 0.05 mm above it one near step (τ = 0.1) takes the plate wholly inside the cube
+// (CONTAINED), and the bisection moves t_contact back from that pose to where the cube's bottom
+// has just passed the plate's. Before, the profile's last sample (and so it could be the
+// minimum distance's) was the pose past t_contact.
+TEST(Sweep, ABlockedScanEndsAtItsContactParameter) {
+  const PartPtr plate = MakeBox(Vec3(2, 2, 0.0005)).Part();
+  const PartPtr cube = MakeBox(Vec3(5, 5, 5)).Part();
+  const SweepObstacle o[] = {{plate.get(), RigidTransform::Identity(), 1}};
+  const Motion down = Ok(Motion::Linear(At(Vec3(0, 0, 10.0005)), -Vec3::UnitZ(), 10));
+  SweepOptions opt = Contact(0.1);
+  opt.profile = true;
+  const SweepResult r = Sweep(*cube, down, o, opt);
+  ASSERT_TRUE(r.blocked);
+  EXPECT_EQ(r.blocking_classes, std::vector<ClashClass>{ClashClass::kContained});
+  ASSERT_GE(r.profile.size(), 2u);
+  EXPECT_EQ(r.profile.back().first, r.t_contact);
+  EXPECT_LT(r.profile[r.profile.size() - 2].first, r.t_contact);
+  EXPECT_LE(r.t_min_distance, r.t_contact);
+  // The cube's bottom is then below the plate's (t > 0.5 + 1e-4, the plate inside), and it
+  // was not at the last free pose, at most τ/4 of travel before.
+  EXPECT_GT(r.t_contact, (5 + 0.0005) / 10);
+  EXPECT_LE((r.t_contact - r.t_last_free) * 10, 0.025 + 1e-12);
+  EXPECT_NEAR(r.profile.back().second, NearestDistance(*cube, down.PoseAt(r.t_contact), o), 1e-9);
 }
 
 TEST(Sweep, AgreesWithDenseSampling) {

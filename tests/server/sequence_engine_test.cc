@@ -125,32 +125,57 @@ TEST(SequenceEngine, AGroupStopsWhereOneOfItsMoversIsBlocked) {
 }
 
 // A sweep that reaches its cap of checked poses leaves its step undecided, reported where the
-// group was proven free up to, not at t = 1 (which read as a path swept to its end).
+// group was proven free up to, not at t = 1 (which read as a path swept to its end); nothing
+// past that is reported. A 10 mm cube (g/slider) slides 10 mm 0.099 mm above a table, within
+// τ = 0.1 all along (steps of at most τ: about 100 poses, 10 allowed); the group's other cube
+// (g/b, the first mover) passes a post 0.095 mm away from t = 0.75 on (far steps get it there in
+// a few poses). Before, the step said t = 1 and reported g/b's 0.095 mm beside the post as its
+// minimum clearance.
 TEST(SequenceEngine, AnUndecidedStepReportsHowFarItWasProvenFree) {
   BoxScene scene;
-  // A 10 mm cube sliding 100 mm in face contact along a table: near-mode poses all the way.
-  scene.Add("table", Vec3(100, 100, 5), Vec3(50, 0, -5));
-  scene.Add("slider", Vec3(5, 5, 5), Vec3(100, 0, 5));
-  const v1::ValidateSequenceRequest req = InstallAlongX("slider", 100);
+  scene.Add("table", Vec3(100, 100, 5), Vec3(0, 0, -5));
+  scene.Add("g/b", Vec3(1, 1, 1), Vec3(10, 30, 5));
+  scene.Add("g/slider", Vec3(5, 5, 5), Vec3(10, 0, 5.099));
+  scene.Add("post", Vec3(1, 1, 1), Vec3(9.5, 32.095, 5));
+  v1::ValidateSequenceRequest req = InstallAlongX("g", 10);
+  req.mutable_tolerances()->set_contact_tolerance_mm(0.1);
   const std::vector<v1::StepResult> whole = scene.Run(req);
   ASSERT_EQ(whole.size(), 1u);
   EXPECT_TRUE(whole[0].ok());
   EXPECT_FALSE(whole[0].undecided());
+  EXPECT_NEAR(whole[0].min_clearance_mm(), 0.095, 1e-6);
+  EXPECT_EQ(whole[0].min_clearance_path(), "post");
 
   SequenceLimits limits;
   limits.max_sweep_iterations = 10;
   const std::vector<v1::StepResult> capped = scene.Run(req, limits);
   ASSERT_EQ(capped.size(), 1u);
   const v1::StepResult& r = capped[0];
+  ASSERT_EQ(r.moving_paths(0), "g/b");
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(r.undecided());
   EXPECT_EQ(r.blockers_size(), 0);
   EXPECT_GT(r.blocked_t(), 0.0);
   EXPECT_LT(r.blocked_t(), 0.5);
-  // blocked_pose places the slider where its sweep got to.
+  // The slider's clearance, not g/b's beside the post it did not reach.
+  EXPECT_NEAR(r.min_clearance_mm(), 0.099, 1e-6);
+  EXPECT_EQ(r.min_clearance_path(), "table");
+  EXPECT_LE(r.min_clearance_t(), r.blocked_t());
+  // blocked_pose places g/b where the group got to.
   const absl::StatusOr<RigidTransform> X = PoseFromProto(r.blocked_pose(), "blocked_pose");
   ASSERT_THAT(X.status(), IsOk());
-  EXPECT_NEAR(X->t.x(), 100 * r.blocked_t(), 1e-6);
+  EXPECT_NEAR(X->t.x(), 10 * r.blocked_t(), 1e-6);
+  EXPECT_NEAR(X->t.y(), 30, 1e-9);
+
+  // With a profile (g/b's), it too ends where the group got to.
+  req.set_clearance_profile(true);
+  const std::vector<v1::StepResult> profiled = scene.Run(req, limits);
+  ASSERT_EQ(profiled.size(), 1u);
+  EXPECT_TRUE(profiled[0].undecided());
+  ASSERT_FALSE(profiled[0].profile().empty());
+  for (const v1::ProfileSample& p : profiled[0].profile()) {
+    EXPECT_LE(p.t(), profiled[0].blocked_t()) << p.t();
+  }
 }
 
 }  // namespace

@@ -239,6 +239,21 @@ class Sweeper {
   }
 
   // Bisection between the free lo and the blocked hi (blocked by `blockers`).
+  // The minimum distance, the profile and the first touch take the checked pose at t.
+  void Record(double t, const Distances& dist) {
+    const uint64_t nearest_id = dist.min < kInf ? obstacles_[dist.min_index].id : 0;
+    if (dist.min < result_.min_distance) {
+      result_.min_distance = dist.min;
+      result_.t_min_distance = t;
+      result_.min_distance_id = nearest_id;
+    }
+    if (options_.profile) result_.profile.emplace_back(t, dist.min);
+    if (!dist.near.empty() && result_.first_touch_t < 0) {
+      result_.first_touch_t = t;
+      result_.first_touch_id = nearest_id;
+    }
+  }
+
   void Refine(double lo, double hi, std::vector<Blocker> blockers) {
     while (motion_.MaxTravel(lo, hi, sphere_) > kRefineFraction * tau_step_) {
       const double mid = 0.5 * (lo + hi);
@@ -309,23 +324,12 @@ SweepResult Sweeper::Run() {
     ++result_.iterations;
     const RigidTransform X = motion_.PoseAt(t);
     const Distances dist = Measure(X);
-    const uint64_t nearest_id = dist.min < kInf ? obstacles_[dist.min_index].id : 0;
-    if (dist.min < result_.min_distance) {
-      result_.min_distance = dist.min;
-      result_.t_min_distance = t;
-      result_.min_distance_id = nearest_id;
-    }
     // On the step from the previous pose every point moved at most prev_travel, so the
     // distance stayed within prev_travel of both ends' distances.
     const double step_lower =
         have_prev ? std::max(std::max(prev_d, dist.min) - prev_travel, prev_margin) : dist.min;
     result_.min_distance_lower_bound =
         std::min(result_.min_distance_lower_bound, std::max(step_lower, 0.0));
-    if (options_.profile) result_.profile.emplace_back(t, dist.min);
-    if (!dist.near.empty() && result_.first_touch_t < 0) {
-      result_.first_touch_t = t;
-      result_.first_touch_id = nearest_id;
-    }
 
     double budget = kInf;
     std::vector<Blocker> blockers = Classify(X, dist.near, &budget);
@@ -335,12 +339,18 @@ SweepResult Sweeper::Run() {
     }
     if (!blockers.empty()) {
       if (t_free < 0) {
+        Record(t, dist);
         Finish(-1.0, t, blockers);
       } else {
+        // The path ends at the refined t_contact, where its last sample is taken (not at the
+        // blocked pose t the scan checked past it).
         Refine(t_free, t, std::move(blockers));
+        const double tc = result_.t_contact;
+        Record(tc, tc == t ? dist : Measure(motion_.PoseAt(tc)));
       }
       return std::move(result_);
     }
+    Record(t, dist);
     t_free = t;
     if (t >= t_end) break;
     const bool far = dist.near.empty() && dist.min < kInf;

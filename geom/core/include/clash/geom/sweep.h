@@ -148,7 +148,9 @@ struct SweepResult {
   /// between τ/2 and τ of one between two checked poses without a checked pose within τ.
   double first_touch_t = -1.0;
   uint64_t first_touch_id = 0;  ///< The nearest obstacle there.
-  /// Minimum distance at the checked poses (0 when surfaces crossed), with where and which.
+  /// Minimum distance at the checked poses (0 when surfaces crossed), with where and which. A
+  /// blocked scan's last pose is t_contact (measured there after the bisection), not the
+  /// blocked pose the scan checked past it; so for the profile and the first touch.
   double min_distance = std::numeric_limits<double>::infinity();
   double t_min_distance = 0.0;   ///< Where min_distance was found.
   uint64_t min_distance_id = 0;  ///< Which obstacle.
