@@ -338,7 +338,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         // Not proven free past where the sweep got to: counted as blocked, and said so.
         result.set_undecided(true);
         result.set_ok(false);
-        undecided_t = std::min(undecided_t, std::max(r.t_last_free, 0.0));
+        undecided_t = std::min(undecided_t, s.reached);  // where it got to
       }
       // The earliest block wins; movers blocked at the same t all list their blockers.
       if (r.blocked && r.t_contact <= best_blocked) {
