@@ -282,10 +282,12 @@ absl::Status PartStore::Remove(const std::string& id) {
     loaded_.erase(id);
   }
   absl::Status removed = RemoveFileDurably(PartPath(id));
-  if (!removed.ok()) {
+  std::error_code ec;
+  if (!removed.ok() && std::filesystem::exists(PartPath(id), ec)) {
     std::lock_guard lock(mu_);
     ids_.insert(id);  // still stored: served again (loaded from its file on first use)
   }
+  // (Gone but its folder not synced: unknown now, as the folder shows, with the error.)
   return removed;
 }
 

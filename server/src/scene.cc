@@ -21,6 +21,12 @@
 namespace clash::server {
 namespace {
 
+// Whether no file is at `path` any more (false when that cannot be told).
+bool Gone(const std::string& path) {
+  std::error_code ec;
+  return !std::filesystem::exists(path, ec) && !ec;
+}
+
 constexpr std::size_t kMaxSceneFileBytes = std::size_t{1} << 30;
 // How far from orthonormal a stored rotation may be (see Load).
 constexpr double kStoredRotationTolerance = 1e-4;
@@ -207,7 +213,8 @@ absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Create(const std::string& name) {
+absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Create(const std::string& name,
+                                                          const GrowthCheck& grows) {
   auto scene = std::make_shared<Scene>("s" + RandomHex(4));
   scene->name = name;
   scene->create_time_s = absl::ToUnixSeconds(absl::Now());
@@ -215,7 +222,7 @@ absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Create(const std::string& nam
   scene->version = 1;
   {
     std::unique_lock lock(scene->mu);
-    CLASH_RETURN_IF_ERROR(Commit(*scene));
+    CLASH_RETURN_IF_ERROR(Commit(*scene, grows));
   }
   std::lock_guard lock(mu_);
   scenes_.emplace(scene->id(), scene);
@@ -329,9 +336,10 @@ absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
     std::lock_guard lock(mu_);
     auto u = unserved_.find(id);
     if (u == unserved_.end()) return std::nullopt;
-    CLASH_RETURN_IF_ERROR(RemoveFileDurably(ScenePath(id)));
+    absl::Status removed = RemoveFileDurably(ScenePath(id));
+    if (!removed.ok() && !Gone(ScenePath(id))) return removed;
     unserved_.erase(u);
-    return absl::OkStatus();
+    return removed;
   };
   if (std::optional<absl::Status> done = delete_unserved()) return *done;
   CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, Get(id));
@@ -348,13 +356,16 @@ absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
   if (it == scenes_.end() || it->second != scene) {
     return absl::NotFoundError(absl::StrCat("no scene ", id));
   }
-  CLASH_RETURN_IF_ERROR(RemoveFileDurably(ScenePath(id)));
+  // A file removed whose folder could not be synced is gone as far as anyone can see: the
+  // scene too (the error says a crash may bring it back).
+  absl::Status removed = RemoveFileDurably(ScenePath(id));
+  if (!removed.ok() && !Gone(ScenePath(id))) return removed;
   scene->deleted = true;  // an edit that fetched it before cannot write it back
   scenes_.erase(it);
-  return absl::OkStatus();
+  return removed;
 }
 
-absl::Status SceneStore::Commit(Scene& scene) {
+absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
   if (scene.deleted) return absl::NotFoundError(absl::StrCat("no scene ", scene.id()));
   store::v1::StoredScene stored;
   stored.set_scene_id(scene.id());
@@ -373,18 +384,28 @@ absl::Status SceneStore::Commit(Scene& scene) {
     si->set_enabled(rec.enabled);
     for (const std::string& g : rec.groups) si->add_groups(g);
   }
-  // What Load would refuse is not written (and the edit is undone below).
+  // What Load would refuse is not written, nor what `grows` refuses (and the edit is undone
+  // below).
   const std::size_t size = stored.ByteSizeLong();
+  const std::string path = ScenePath(scene.id());
+  std::error_code size_ec;
+  const std::uintmax_t on_disk = std::filesystem::file_size(path, size_ec);
+  const std::uint64_t growth = size_ec ? size : size > on_disk ? size - on_disk : 0;
+  absl::Status refused = size > kMaxSceneFileBytes
+                             ? absl::ResourceExhaustedError(
+                                   absl::StrCat("scene ", scene.id(), " would take ", size,
+                                                " bytes on disk; at most ", kMaxSceneFileBytes))
+                         : growth > 0 && grows ? grows(growth)
+                                               : absl::OkStatus();
   std::string bytes;
   absl::Status st =
-      size > kMaxSceneFileBytes ? absl::ResourceExhaustedError(
-                                      absl::StrCat("scene ", scene.id(), " would take ", size,
-                                                   " bytes on disk; at most ", kMaxSceneFileBytes))
+      !refused.ok() ? refused
       : !stored.SerializeToString(&bytes)
           ? absl::InternalError(absl::StrCat("scene ", scene.id(), " does not serialize"))
-          : WriteFileAtomically(ScenePath(scene.id()), bytes);
+          : WriteFileAtomically(path, bytes);
   if (!st.ok()) {
-    LogLine(LogLevel::kError, absl::StrCat("scene store: ", st.ToString()));
+    // A refusal is the caller's answer; a failed write is the server's trouble.
+    if (refused.ok()) LogLine(LogLevel::kError, absl::StrCat("scene store: ", st.ToString()));
     const auto is_served = [&] {
       const auto it = scenes_.find(scene.id());
       return it != scenes_.end() && it->second.get() == &scene;

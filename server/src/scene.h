@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,6 +105,11 @@ class Scene {
 /// All scenes, persisted one file per scene under <dir>/scenes.
 class SceneStore {
  public:
+  /// Asked before a scene's file is written larger than it is on disk, with the bytes it grows
+  /// by: an error refuses the write (a tenant's storage quota, which sets the bytes aside until
+  /// the file is written and the quota counts it).
+  using GrowthCheck = std::function<absl::Status(std::uint64_t growth)>;
+
   /// Opens the folder and loads every scene (parts come from `parts`). A scene file that cannot
   /// be read is logged and moved aside to <name>.damaged, never silently dropped. A scene one
   /// of whose parts does not load (a damaged part file, or a part above a lowered triangle
@@ -112,7 +118,9 @@ class SceneStore {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<SceneStore>> Open(std::string dir,
                                                                         PartStore* parts);
 
-  [[nodiscard]] absl::StatusOr<std::shared_ptr<Scene>> Create(const std::string& name);
+  /// A new scene, written before it is served (`grows`: as for Commit).
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Scene>> Create(const std::string& name,
+                                                              const GrowthCheck& grows = nullptr);
   /// NOT_FOUND for an unknown id; FAILED_PRECONDITION for a scene Open kept but does not serve.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Scene>> Get(const std::string& id) const;
   /// Up to `limit` scenes with ids greater than `after`, in id order.
@@ -141,8 +149,10 @@ class SceneStore {
   /// Writes the scene (hold its mu). On failure the in-memory scene is restored from its file,
   /// so memory never runs ahead of the disk; when that read fails too, the scene is not served
   /// (FAILED_PRECONDITION, until a start reads its file). NOT_FOUND for a deleted scene
-  /// (nothing written), RESOURCE_EXHAUSTED when the file would pass the 1 GiB that Open reads.
-  [[nodiscard]] absl::Status Commit(Scene& scene);
+  /// (nothing written), RESOURCE_EXHAUSTED when the file would pass the 1 GiB that Open reads,
+  /// and `grows`'s error when it refuses a file larger than the one on disk (a new scene's file
+  /// grows by all of its bytes).
+  [[nodiscard]] absl::Status Commit(Scene& scene, const GrowthCheck& grows = nullptr);
 
  private:
   SceneStore(std::string dir, PartStore* parts) : dir_(std::move(dir)), parts_(parts) {}

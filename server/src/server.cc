@@ -492,8 +492,9 @@ struct ClashServer::Impl {
         if (request->name().size() > 1024) {
           return absl::InvalidArgumentError("scene name longer than 1024 bytes");
         }
-        CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
-        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Create(request->name()));
+        Tenant::StorageReservation room;  // held until the file is written
+        CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene,
+                               t.scenes().Create(request->name(), ReserveInto(t, &room)));
         std::shared_lock lock(scene->mu);
         scene->ToProto(response);
         return absl::OkStatus();
@@ -760,27 +761,38 @@ struct ClashServer::Impl {
   // on disk before the reply.
   // The scene's lock is waited for until the call's deadline (a query or a sequence may hold
   // it): an edit that answers DEADLINE_EXCEEDED has changed nothing. `grows`: the edit may make
-  // the scene's file larger, so the tenant's storage quota is checked first (edits that cannot,
-  // such as removals, are never refused for it: a tenant over its quota can still free space).
+  // the scene's file larger, so the bytes its file grows by are set aside of the tenant's
+  // storage quota before it is written (RESOURCE_EXHAUSTED, nothing changed, when they would
+  // pass it; edits running at once cannot together pass it). Edits that cannot grow it, such as
+  // removals, are never refused for it: a tenant over its quota can still free space.
   // `response` is any answer with a scene_version (SceneUpdateResponse, AddInstancesResponse).
   template <class Response, class Edit>
   absl::Status EditScene(Tenant& t, const grpc::ServerContext* ctx, const std::string& scene_id,
                          Response* response, bool grows, Edit&& edit) {
     CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(scene_id));
-    if (grows) CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
     CLASH_ASSIGN_OR_RETURN(
         std::unique_lock<std::shared_timed_mutex> lock,
         t.scenes().LockForWrite(*scene, CallDeadline(ctx, config.max_query_seconds)));
     CLASH_RETURN_IF_ERROR(edit(*scene));
     scene->Touch();
-    CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene));
+    Tenant::StorageReservation room;  // held until the file is written
+    CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene, grows ? ReserveInto(t, &room) : nullptr));
     response->set_scene_version(scene->version);
     return absl::OkStatus();
   }
 
+  // A scene store's growth check that sets the bytes aside of the tenant's storage quota in
+  // *room (to be held until the file is written).
+  static SceneStore::GrowthCheck ReserveInto(Tenant& t, Tenant::StorageReservation* room) {
+    return [&t, room](std::uint64_t growth) -> absl::Status {
+      CLASH_ASSIGN_OR_RETURN(*room, t.ReserveStorage(growth));
+      return absl::OkStatus();
+    };
+  }
+
   // Who is calling (see auth.h), and whether their rate budget admits the call.
   absl::StatusOr<std::shared_ptr<Tenant>> Admit(const grpc::ServerContext* ctx);
-  grpc::Status AdmitHealth(const grpc::ServerContext* ctx);
+  grpc::Status AdmitHealth(grpc::ServerContext* ctx);
 
   absl::Status DoAddInstances(Tenant& t, const grpc::ServerContext* ctx,
                               const v1::AddInstancesRequest& request,
@@ -842,10 +854,13 @@ absl::StatusOr<std::shared_ptr<Tenant>> ClashServer::Impl::Admit(const grpc::Ser
   return tenant;
 }
 
-grpc::Status ClashServer::Impl::AdmitHealth(const grpc::ServerContext* ctx) {
+grpc::Status ClashServer::Impl::AdmitHealth(grpc::ServerContext* ctx) {
   if (!config.health_requires_token) return grpc::Status::OK;
   absl::StatusOr<std::shared_ptr<Tenant>> tenant = Admit(ctx);
-  return tenant.ok() ? grpc::Status::OK : ToGrpc(tenant.status());
+  if (tenant.ok()) return grpc::Status::OK;
+  // A spent rate budget is worth retrying, as on every other call.
+  if (IsTransient(tenant.status())) ctx->AddTrailingMetadata(kRetryableMetadata, "1");
+  return ToGrpc(tenant.status());
 }
 
 absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerContext* ctx,

@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -459,7 +461,76 @@ TEST_F(BoundedImportCacheTest, ReserveIsAskedBeforeTheWriteAndHeldUntilItIsOnDis
 // A FIFO where a file should be (a hostile worker's result.bin) is refused at once: before, the
 // open waited for a writer forever, holding the import's slot. Should the open block again, the
 // test opens the FIFO for writing to release it, and fails.
-class DurableFileTest : public testing::ScratchDirTest {};
+class DurableFileTest : public testing::ScratchDirTest {
+ protected:
+  void TearDown() override {
+    internal::SetFsyncForTesting(nullptr);
+    testing::ScratchDirTest::TearDown();
+  }
+  // The names in dir_, sorted.
+  std::vector<std::string> Names() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+// fsync that fails for folders (EIO), or for files (ENOSPC, as a full disk reports a write
+// that only the sync finds no room for; EIO), and counts its calls.
+int g_fsync_calls = 0;
+int FailOn(int fd, bool folders, int err) {
+  ++g_fsync_calls;
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return -1;
+  if (S_ISDIR(st.st_mode) == folders) {
+    errno = err;
+    return -1;
+  }
+  return fsync(fd);
+}
+int FolderSyncFails(int fd) { return FailOn(fd, true, EIO); }
+int FileSyncFindsTheDiskFull(int fd) { return FailOn(fd, false, ENOSPC); }
+int FileSyncFails(int fd) { return FailOn(fd, false, EIO); }
+
+// A file whose content cannot be synced is not put in place: the old content stays, the
+// temporary goes, and a full disk is RESOURCE_EXHAUSTED (freeing space helps), other errors
+// INTERNAL.
+TEST_F(DurableFileTest, AWriteWhoseDataCannotBeSyncedLeavesTheOldContent) {
+  const fs::path file = dir_ / "scene.pb";
+  ASSERT_THAT(WriteFileAtomically(file.string(), "old"), IsOk());
+  g_fsync_calls = 0;
+  internal::SetFsyncForTesting(&FileSyncFindsTheDiskFull);
+  EXPECT_THAT(WriteFileAtomically(file.string(), "new"),
+              StatusIs(absl::StatusCode::kResourceExhausted, "No space left on device"));
+  EXPECT_EQ(g_fsync_calls, 1);  // the file's; the rename and the folder's never came
+  internal::SetFsyncForTesting(&FileSyncFails);
+  EXPECT_THAT(WriteFileAtomically(file.string(), "new"),
+              StatusIs(absl::StatusCode::kInternal, "Input/output error"));
+  EXPECT_EQ(ReadFileCapped(file.string(), 100).value_or(""), "old");
+  EXPECT_THAT(Names(), ::testing::ElementsAre("scene.pb"));
+}
+
+// When only the folder cannot be synced, the rename is done but may not survive a crash: the
+// write reports it (INTERNAL) with the new content in place, which a caller undoing its change
+// reads back; a removal likewise, with the file gone.
+TEST_F(DurableFileTest, AFolderThatCannotBeSyncedIsReported) {
+  const fs::path file = dir_ / "scene.pb";
+  ASSERT_THAT(WriteFileAtomically(file.string(), "old"), IsOk());
+  g_fsync_calls = 0;
+  internal::SetFsyncForTesting(&FolderSyncFails);
+  EXPECT_THAT(WriteFileAtomically(file.string(), "new"),
+              StatusIs(absl::StatusCode::kInternal, "may not survive a crash"));
+  EXPECT_EQ(g_fsync_calls, 2);  // the file's, then the folder's
+  EXPECT_EQ(ReadFileCapped(file.string(), 100).value_or(""), "new");
+  EXPECT_THAT(Names(), ::testing::ElementsAre("scene.pb"));
+  EXPECT_THAT(RemoveFileDurably(file.string()),
+              StatusIs(absl::StatusCode::kInternal, "a crash may bring it back"));
+  EXPECT_FALSE(fs::exists(file));
+  internal::SetFsyncForTesting(nullptr);
+  ASSERT_THAT(WriteFileAtomically(file.string(), "again"), IsOk());
+  EXPECT_THAT(RemoveFileDurably(file.string()), IsOk());
+}
 
 TEST_F(DurableFileTest, AFifoIsRefusedWithoutWaitingForAWriter) {
   const std::string path = (dir_ / "result.bin").string();

@@ -9,10 +9,12 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +33,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "clash/cad/durable_file.h"
+#include "clash/cad/import_cache.h"
 #include "clash/client/client.h"
 #include "clash/geom/interference.h"
 #include "clash/geom/query.h"
@@ -789,6 +793,43 @@ TEST(HealthService, AnExceptionIsAnsweredAsInEveryOtherRpc) {
   fine.Set("", true);
   ASSERT_TRUE(fine.Check(&ctx, &request, &response).ok());
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// With --health-requires-token, a health check is a tenant's call: a spent rate budget answers
+// RESOURCE_EXHAUSTED marked worth retrying (clash-retryable: 1), as every other call does.
+TEST_F(ServerTest, AHealthCheckOverTheRateBudgetIsMarkedRetryable) {
+  const std::string token = "health-token";
+  const std::string tokens = dir_ + "/tokens";
+  {
+    std::ofstream out(tokens);
+    out << cad::Sha256Hex(token) << " prober\n";
+  }
+  ServerConfig config;
+  config.tokens_file = tokens;
+  config.health_requires_token = true;
+  config.tenant_requests_per_second = 0.001;  // no refill within the test
+  config.tenant_burst = 1;
+  Restart(config);
+  auto health = grpc::health::v1::Health::NewStub(server_->grpc_server()->InProcessChannel({}));
+  std::vector<grpc::StatusCode> codes;
+  bool marked = false;
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    const grpc::Status st = health->Check(&ctx, req, &resp);
+    codes.push_back(st.error_code());
+    if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      const auto& trailers = ctx.GetServerTrailingMetadata();
+      const auto it = trailers.find(kRetryableMetadata);
+      marked = it != trailers.end() && it->second == "1";
+    }
+  }
+  EXPECT_THAT(codes,
+              ::testing::ElementsAre(grpc::StatusCode::OK, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                     grpc::StatusCode::RESOURCE_EXHAUSTED));
+  EXPECT_TRUE(marked);
 }
 
 // DEPTH_ESTIMATE_CLASS_ONLY against FULL on bars dipped into a big cube by known depths
@@ -3046,6 +3087,80 @@ TEST_F(ServerTest, ATenantOverItsQuotaCanStillFreeSpace) {
   remove.add_instance_ids(b);
   EXPECT_THAT(client_->RemoveInstances(remove).status(), IsOk());
   EXPECT_THAT(client_->DeleteScene(scene), IsOk());
+}
+
+// A scene edit sets the bytes its file grows by aside of the tenant's storage quota before it
+// writes: an edit that would pass the quota is refused with nothing changed (in memory, and on
+// disk after a restart), however little of it the tenant used before; one that fits passes.
+TEST_F(ServerTest, SceneEditsThatWouldPassTheStorageQuotaAreRefused) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  Place(scene, box, RigidTransform::Identity(), "a");
+  // The data folder's files: at least what the tenant's quota counts.
+  std::uint64_t used = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/data")) {
+    if (e.is_regular_file()) used += e.file_size();
+  }
+  ServerConfig config;
+  config.tenant_max_storage_bytes = used + 4096;
+  Restart(config);
+  const auto before = client_->GetScene(scene);
+  ASSERT_THAT(before.status(), IsOk());
+  // 200 instances with 100-byte paths take far more than the 4 KiB left.
+  v1::AddInstancesRequest add;
+  add.set_scene_id(scene);
+  for (int i = 0; i < 200; ++i) {
+    v1::PartPlacement* p = add.add_parts();
+    p->set_part_id(box);
+    p->set_path(absl::StrCat(std::string(96, 'p'), 1000 + i));
+    *p->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), Vec3(3.0 * i, 0, 0)});
+  }
+  EXPECT_THAT(client_->AddInstances(add).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "storage quota"));
+  const auto refused = client_->GetScene(scene);
+  ASSERT_THAT(refused.status(), IsOk());
+  EXPECT_EQ(refused->instance_count(), before->instance_count());
+  EXPECT_EQ(refused->version(), before->version());
+  // What fits passes, and is what a restart serves.
+  Place(scene, box, RigidTransform{geom::Mat3::Identity(), Vec3(5, 0, 0)}, "b");
+  Restart(config);
+  const auto after = client_->GetScene(scene);
+  ASSERT_THAT(after.status(), IsOk());
+  EXPECT_EQ(after->instance_count(), before->instance_count() + 1);
+  EXPECT_EQ(after->version(), before->version() + 1);
+}
+
+// A scene written whose folder cannot be synced: the call says so (INTERNAL), and the scene
+// served is the one its file holds (the edit, in place though it may not survive a crash);
+// deleting it then removes it, with the same warning.
+TEST_F(ServerTest, AnEditWhoseFolderCannotBeSyncedServesWhatItsFileHolds) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  const uint64_t a = Place(scene, box, RigidTransform::Identity(), "a");
+  const auto before = client_->GetScene(scene);
+  ASSERT_THAT(before.status(), IsOk());
+  cad::internal::SetFsyncForTesting(+[](int fd) {
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      errno = EIO;
+      return -1;
+    }
+    return fsync(fd);
+  });
+  v1::SetPosesRequest moves;
+  moves.set_scene_id(scene);
+  v1::PoseUpdate* u = moves.add_poses();
+  u->set_instance_id(a);
+  *u->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), Vec3(0, 9, 0)});
+  const auto moved = client_->SetPoses(moves);
+  const auto served = client_->GetScene(scene);
+  const absl::Status deleted = client_->DeleteScene(scene);
+  cad::internal::SetFsyncForTesting(nullptr);
+  EXPECT_THAT(moved.status(), StatusIs(absl::StatusCode::kInternal, "may not survive a crash"));
+  ASSERT_THAT(served.status(), IsOk());
+  EXPECT_EQ(served->version(), before->version() + 1);
+  EXPECT_THAT(deleted, StatusIs(absl::StatusCode::kInternal, "a crash may bring it back"));
+  EXPECT_THAT(client_->GetScene(scene).status(), StatusIs(absl::StatusCode::kNotFound, "scene"));
 }
 
 }  // namespace

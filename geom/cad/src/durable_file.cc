@@ -27,6 +27,10 @@ constexpr absl::string_view kTemporaryPrefix = ".tmp-";
 
 std::string Errno(int err) { return std::strerror(err); }
 
+// fsync, or what a test put in its place (internal::SetFsyncForTesting).
+std::atomic<int (*)(int)> g_fsync{&::fsync};
+int Fsync(int fd) { return g_fsync.load(std::memory_order_relaxed)(fd); }
+
 bool WriteAll(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
     const ssize_t n = write(fd, bytes.data(), bytes.size());
@@ -37,15 +41,31 @@ bool WriteAll(int fd, std::string_view bytes) {
   return true;
 }
 
-void SyncDir(const std::string& dir) {
+// Makes the folder's entries (a rename, an unlink) durable: INTERNAL when they may not be (the
+// folder cannot be opened or synced: after EIO the kernel may have dropped the entries it
+// failed to write, so the change may not survive a crash).
+absl::Status SyncDir(const std::string& dir, const std::string& what) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat(what, ": cannot open folder ", dir, " to sync it: ", Errno(errno)));
   }
+  int rc;
+  do rc = Fsync(fd);
+  while (rc != 0 && errno == EINTR);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat(what, ": cannot sync folder ", dir, ": ", Errno(err)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
+
+void internal::SetFsyncForTesting(int (*fsync_fn)(int)) {
+  g_fsync.store(fsync_fn != nullptr ? fsync_fn : &::fsync, std::memory_order_relaxed);
+}
 
 absl::Status WriteError(const std::string& what, int err) {
   const std::string message = absl::StrCat(what, ": ", Errno(err));
@@ -61,7 +81,7 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
                                        getpid(), "-", counter++);
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return WriteError(absl::StrCat("cannot create ", tmp), errno);
-  const bool written = WriteAll(fd, bytes) && fsync(fd) == 0;
+  const bool written = WriteAll(fd, bytes) && Fsync(fd) == 0;
   const int write_err = errno;
   const bool closed = close(fd) == 0;
   const int close_err = errno;  // (a quota may only be reported at close, on NFS)
@@ -70,8 +90,7 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
     unlink(tmp.c_str());
     return WriteError(absl::StrCat("cannot write ", path), err);
   }
-  SyncDir(dir);
-  return absl::OkStatus();
+  return SyncDir(dir, absl::StrCat("wrote ", path, " but it may not survive a crash"));
 }
 
 absl::Status RemoveFileDurably(const std::string& path) {
@@ -79,8 +98,8 @@ absl::Status RemoveFileDurably(const std::string& path) {
     if (errno == ENOENT) return absl::OkStatus();
     return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", Errno(errno)));
   }
-  SyncDir(std::filesystem::path(path).parent_path().string());
-  return absl::OkStatus();
+  return SyncDir(std::filesystem::path(path).parent_path().string(),
+                 absl::StrCat("removed ", path, " but a crash may bring it back"));
 }
 
 void RemoveAbandonedTemporaries(const std::string& dir) {

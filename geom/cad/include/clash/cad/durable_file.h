@@ -14,7 +14,9 @@ namespace clash::cad {
 /// Replaces `path` with `bytes` atomically and durably: a temporary ".tmp-*" file in the same
 /// folder, fsync, rename, fsync of the folder. Readers see the old content or the new, never a
 /// mix; after a crash the file holds one of them. RESOURCE_EXHAUSTED when the disk or the
-/// user's disk quota is full, INTERNAL on other I/O errors (the temporary is removed).
+/// user's disk quota is full, INTERNAL on other I/O errors (the temporary is removed). When
+/// only the last step fails (the folder cannot be synced), the new content is in place but may
+/// not survive a crash: INTERNAL too, and a caller that undoes its change reads the file back.
 [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
 /// The status of a failed write (`what`: e.g. "cannot write <path>") with errno `err`:
@@ -23,7 +25,8 @@ namespace clash::cad {
 [[nodiscard]] absl::Status WriteError(const std::string& what, int err);
 
 /// Removes `path` durably: unlink, then fsync of its folder, so that a crash cannot bring the
-/// file back. OK when it did not exist; INTERNAL on other errors.
+/// file back. OK when it did not exist; INTERNAL on other errors, including a folder that
+/// cannot be synced (the file is then gone but may come back after a crash).
 [[nodiscard]] absl::Status RemoveFileDurably(const std::string& path);
 
 /// Removes the temporaries of WriteFileAtomically in `dir` (".tmp-<name>-<pid>-<n>") that a
@@ -44,5 +47,11 @@ void RemoveAbandonedTemporaries(const std::string& dir);
 /// no error.
 [[nodiscard]] absl::StatusOr<std::string> ReadFilePrefix(const std::string& path,
                                                          std::size_t max_bytes);
+
+namespace internal {
+/// For tests of failing disks: the writes and removals above call `fsync_fn` instead of fsync
+/// (for files and folders alike, in every thread; nullptr restores fsync).
+void SetFsyncForTesting(int (*fsync_fn)(int));
+}  // namespace internal
 
 }  // namespace clash::cad
