@@ -169,12 +169,17 @@ absl::StatusOr<PartStore::Prepared> PartStore::Prepare(const PartInput& input,
 
 absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Commit(Prepared prepared) {
   const std::string& id = prepared.entry->info.part_id();
+  absl::Status written;
   if (!prepared.bytes.empty()) {
-    CLASH_RETURN_IF_ERROR(WriteFileAtomically(PartPath(id), prepared.bytes));
+    bool in_place = false;
+    written = WriteFileAtomically(PartPath(id), prepared.bytes, &in_place);
+    if (!in_place) return written;
+    // (In place but its folder not synced: served, as the folder shows it, with the error.)
   }
   std::lock_guard lock(mu_);
   ids_.insert(id);
   auto [it, inserted] = loaded_.emplace(id, std::move(prepared.entry));
+  if (!written.ok()) return written;
   return it->second;
 }
 
@@ -282,8 +287,7 @@ absl::Status PartStore::Remove(const std::string& id) {
     loaded_.erase(id);
   }
   absl::Status removed = RemoveFileDurably(PartPath(id));
-  std::error_code ec;
-  if (!removed.ok() && std::filesystem::exists(PartPath(id), ec)) {
+  if (!removed.ok() && !FileGone(PartPath(id))) {
     std::lock_guard lock(mu_);
     ids_.insert(id);  // still stored: served again (loaded from its file on first use)
   }

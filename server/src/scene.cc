@@ -21,12 +21,6 @@
 namespace clash::server {
 namespace {
 
-// Whether no file is at `path` any more (false when that cannot be told).
-bool Gone(const std::string& path) {
-  std::error_code ec;
-  return !std::filesystem::exists(path, ec) && !ec;
-}
-
 constexpr std::size_t kMaxSceneFileBytes = std::size_t{1} << 30;
 // How far from orthonormal a stored rotation may be (see Load).
 constexpr double kStoredRotationTolerance = 1e-4;
@@ -228,7 +222,12 @@ absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Create(const std::string& nam
   scene->version = 1;
   {
     std::unique_lock lock(scene->mu);
-    CLASH_RETURN_IF_ERROR(Commit(*scene, grows));
+    if (absl::Status st = Commit(*scene, grows); !st.ok()) {
+      // Written but not synced: the caller is told the scene was not made, so its file goes
+      // (it would be a scene nobody knows the id of, and a restart would serve it).
+      if (!FileGone(ScenePath(scene->id()))) (void)RemoveFileDurably(ScenePath(scene->id()));
+      return st;
+    }
   }
   std::lock_guard lock(mu_);
   scenes_.emplace(scene->id(), scene);
@@ -367,7 +366,7 @@ absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
     auto u = unserved_.find(id);
     if (u == unserved_.end()) return std::nullopt;
     absl::Status removed = RemoveFileDurably(ScenePath(id));
-    if (!removed.ok() && !Gone(ScenePath(id))) return removed;
+    if (!removed.ok() && !FileGone(ScenePath(id))) return removed;
     unserved_.erase(u);
     return removed;
   };
@@ -389,7 +388,7 @@ absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
   // A file removed whose folder could not be synced is gone as far as anyone can see: the
   // scene too (the error says a crash may bring it back).
   absl::Status removed = RemoveFileDurably(ScenePath(id));
-  if (!removed.ok() && !Gone(ScenePath(id))) return removed;
+  if (!removed.ok() && !FileGone(ScenePath(id))) return removed;
   scene->deleted = true;  // an edit that fetched it before cannot write it back
   scenes_.erase(it);
   return removed;
@@ -428,14 +427,19 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
                          : growth > 0 && grows ? grows(growth)
                                                : absl::OkStatus();
   std::string bytes;
+  bool in_place = false;
   absl::Status st =
       !refused.ok() ? refused
       : !stored.SerializeToString(&bytes)
           ? absl::InternalError(absl::StrCat("scene ", scene.id(), " does not serialize"))
-          : WriteFileAtomically(path, bytes);
+          : WriteFileAtomically(path, bytes, &in_place);
   if (!st.ok()) {
-    // A refusal is the caller's answer; a failed write is the server's trouble.
-    if (refused.ok()) LogLine(LogLevel::kError, absl::StrCat("scene store: ", st.ToString()));
+    // A refusal for room is the caller's answer; the rest is the server's trouble.
+    if (!absl::IsResourceExhausted(refused)) {
+      LogLine(LogLevel::kError, absl::StrCat("scene store: ", st.ToString()));
+    }
+    // Written but its folder not synced: memory holds what the file does.
+    if (in_place) return st;
     const auto is_served = [&] {
       const auto it = scenes_.find(scene.id());
       return it != scenes_.end() && it->second.get() == &scene;

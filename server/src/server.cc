@@ -492,7 +492,8 @@ struct ClashServer::Impl {
         if (request->name().size() > 1024) {
           return absl::InvalidArgumentError("scene name longer than 1024 bytes");
         }
-        Tenant::StorageReservation room;  // held until the file is written
+        CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());  // over the quota: refused cheaply
+        Tenant::StorageReservation room;                    // held until the file is written
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene,
                                t.scenes().Create(request->name(), ReserveInto(t, &room)));
         std::shared_lock lock(scene->mu);
@@ -760,16 +761,19 @@ struct ClashServer::Impl {
   // Applies an all-or-nothing edit: `edit` validates before it changes anything; the change is
   // on disk before the reply.
   // The scene's lock is waited for until the call's deadline (a query or a sequence may hold
-  // it): an edit that answers DEADLINE_EXCEEDED has changed nothing. `grows`: the edit may make
-  // the scene's file larger, so the bytes its file grows by are set aside of the tenant's
-  // storage quota before it is written (RESOURCE_EXHAUSTED, nothing changed, when they would
-  // pass it; edits running at once cannot together pass it). Edits that cannot grow it, such as
-  // removals, are never refused for it: a tenant over its quota can still free space.
+  // it): an edit that answers DEADLINE_EXCEEDED has changed nothing. `grows`: the edit adds to
+  // the scene (instances, groups), so it is refused (RESOURCE_EXHAUSTED, nothing changed) when
+  // the tenant is over its storage quota, cheaply before the edit, and when the bytes its file
+  // grows by would pass the quota, which are set aside before the file is written (so that
+  // such edits running at once cannot together pass it). Other edits (removals, poses,
+  // enabling) are never refused for the quota, so that a tenant over it can still free space; a
+  // pose or an enable grows the file by at most ~30 bytes per instance it names.
   // `response` is any answer with a scene_version (SceneUpdateResponse, AddInstancesResponse).
   template <class Response, class Edit>
   absl::Status EditScene(Tenant& t, const grpc::ServerContext* ctx, const std::string& scene_id,
                          Response* response, bool grows, Edit&& edit) {
     CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(scene_id));
+    if (grows) CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
     CLASH_ASSIGN_OR_RETURN(
         std::unique_lock<std::shared_timed_mutex> lock,
         t.scenes().LockForWrite(*scene, CallDeadline(ctx, config.max_query_seconds)));

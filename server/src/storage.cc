@@ -51,6 +51,12 @@ std::string RandomHex(int words) {
   return s;
 }
 
+bool FileGone(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::symlink_status(path, ec);
+  return st.type() == std::filesystem::file_type::not_found;
+}
+
 absl::Status MakeDirs(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

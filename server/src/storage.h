@@ -41,6 +41,10 @@ using cad::WriteFileAtomically;
 /// `words` random 32-bit words as lowercase hex (8 digits each).
 [[nodiscard]] std::string RandomHex(int words);
 
+/// True only when no file is at `path` (false when that cannot be told): after a removal or
+/// write that reported an error, whether the store must still count the file.
+[[nodiscard]] bool FileGone(const std::string& path);
+
 /// Creates the folder and its parents. INTERNAL when that fails.
 [[nodiscard]] absl::Status MakeDirs(const std::string& dir);
 

@@ -458,9 +458,6 @@ TEST_F(BoundedImportCacheTest, ReserveIsAskedBeforeTheWriteAndHeldUntilItIsOnDis
   EXPECT_EQ(cache->SizeBytes(), size);
 }
 
-// A FIFO where a file should be (a hostile worker's result.bin) is refused at once: before, the
-// open waited for a writer forever, holding the import's slot. Should the open block again, the
-// test opens the FIFO for writing to release it, and fails.
 class DurableFileTest : public testing::ScratchDirTest {
  protected:
   void TearDown() override {
@@ -492,6 +489,7 @@ int FailOn(int fd, bool folders, int err) {
 int FolderSyncFails(int fd) { return FailOn(fd, true, EIO); }
 int FileSyncFindsTheDiskFull(int fd) { return FailOn(fd, false, ENOSPC); }
 int FileSyncFails(int fd) { return FailOn(fd, false, EIO); }
+int FoldersCannotBeSynced(int fd) { return FailOn(fd, true, EINVAL); }
 
 // A file whose content cannot be synced is not put in place: the old content stays, the
 // temporary goes, and a full disk is RESOURCE_EXHAUSTED (freeing space helps), other errors
@@ -505,8 +503,10 @@ TEST_F(DurableFileTest, AWriteWhoseDataCannotBeSyncedLeavesTheOldContent) {
               StatusIs(absl::StatusCode::kResourceExhausted, "No space left on device"));
   EXPECT_EQ(g_fsync_calls, 1);  // the file's; the rename and the folder's never came
   internal::SetFsyncForTesting(&FileSyncFails);
-  EXPECT_THAT(WriteFileAtomically(file.string(), "new"),
+  bool in_place = true;
+  EXPECT_THAT(WriteFileAtomically(file.string(), "new", &in_place),
               StatusIs(absl::StatusCode::kInternal, "Input/output error"));
+  EXPECT_FALSE(in_place);
   EXPECT_EQ(ReadFileCapped(file.string(), 100).value_or(""), "old");
   EXPECT_THAT(Names(), ::testing::ElementsAre("scene.pb"));
 }
@@ -519,19 +519,27 @@ TEST_F(DurableFileTest, AFolderThatCannotBeSyncedIsReported) {
   ASSERT_THAT(WriteFileAtomically(file.string(), "old"), IsOk());
   g_fsync_calls = 0;
   internal::SetFsyncForTesting(&FolderSyncFails);
-  EXPECT_THAT(WriteFileAtomically(file.string(), "new"),
+  bool in_place = false;
+  EXPECT_THAT(WriteFileAtomically(file.string(), "new", &in_place),
               StatusIs(absl::StatusCode::kInternal, "may not survive a crash"));
+  EXPECT_TRUE(in_place);
   EXPECT_EQ(g_fsync_calls, 2);  // the file's, then the folder's
   EXPECT_EQ(ReadFileCapped(file.string(), 100).value_or(""), "new");
   EXPECT_THAT(Names(), ::testing::ElementsAre("scene.pb"));
   EXPECT_THAT(RemoveFileDurably(file.string()),
               StatusIs(absl::StatusCode::kInternal, "a crash may bring it back"));
   EXPECT_FALSE(fs::exists(file));
-  internal::SetFsyncForTesting(nullptr);
-  ASSERT_THAT(WriteFileAtomically(file.string(), "again"), IsOk());
+  // A file system whose folders cannot be synced at all is taken as it is.
+  internal::SetFsyncForTesting(&FoldersCannotBeSynced);
+  ASSERT_THAT(WriteFileAtomically(file.string(), "again", &in_place), IsOk());
+  EXPECT_TRUE(in_place);
   EXPECT_THAT(RemoveFileDurably(file.string()), IsOk());
+  EXPECT_FALSE(fs::exists(file));
 }
 
+// A FIFO where a file should be (a hostile worker's result.bin) is refused at once: before, the
+// open waited for a writer forever, holding the import's slot. Should the open block again, the
+// test opens the FIFO for writing to release it, and fails.
 TEST_F(DurableFileTest, AFifoIsRefusedWithoutWaitingForAWriter) {
   const std::string path = (dir_ / "result.bin").string();
   ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);

@@ -3215,7 +3215,27 @@ TEST_F(ServerTest, AnEditWhoseFolderCannotBeSyncedServesWhatItsFileHolds) {
   const auto moved = client_->SetPoses(moves);
   const auto served = client_->GetScene(scene);
   const absl::Status deleted = client_->DeleteScene(scene);
+  const auto created = client_->CreateScene("unsynced");
+  const auto uploaded = client_->UploadMesh(MeshUpload(MakeBox(Vec3(2, 2, 2)), "box2", 0));
+  const auto listed = client_->ListParts();
   cad::internal::SetFsyncForTesting(nullptr);
+  // A new scene is told not made, and is not: its file is removed again.
+  EXPECT_THAT(created.status(), StatusIs(absl::StatusCode::kInternal, "may not survive a crash"));
+  auto scenes = client_->ListScenes();
+  ASSERT_THAT(scenes.status(), IsOk());
+  EXPECT_TRUE(scenes->empty());
+  std::size_t scene_files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/data/tenants/local/scenes")) {
+    scene_files += e.path().extension() == ".pb";
+  }
+  EXPECT_EQ(scene_files, 0u);
+  // A part written is served (its id comes from its content: a retry answers the same).
+  EXPECT_THAT(uploaded.status(), StatusIs(absl::StatusCode::kInternal, "may not survive a crash"));
+  ASSERT_THAT(listed.status(), IsOk());
+  EXPECT_EQ(listed->size(), 2u);
+  const auto again = client_->UploadMesh(MeshUpload(MakeBox(Vec3(2, 2, 2)), "box2", 0));
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_THAT(client_->GetPart(again->part_id()).status(), IsOk());
   EXPECT_THAT(moved.status(), StatusIs(absl::StatusCode::kInternal, "may not survive a crash"));
   ASSERT_THAT(served.status(), IsOk());
   EXPECT_EQ(served->version(), before->version() + 1);

@@ -43,7 +43,9 @@ bool WriteAll(int fd, std::string_view bytes) {
 
 // Makes the folder's entries (a rename, an unlink) durable: INTERNAL when they may not be (the
 // folder cannot be opened or synced: after EIO the kernel may have dropped the entries it
-// failed to write, so the change may not survive a crash).
+// failed to write, so the change may not survive a crash). File systems that cannot sync a
+// folder at all (EINVAL, ENOTSUP: some network and shared-folder mounts) are taken as they are,
+// as PostgreSQL does: refusing every write there would serve nothing.
 absl::Status SyncDir(const std::string& dir, const std::string& what) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
@@ -55,7 +57,7 @@ absl::Status SyncDir(const std::string& dir, const std::string& what) {
   while (rc != 0 && errno == EINTR);
   const int err = errno;
   close(fd);
-  if (rc != 0) {
+  if (rc != 0 && err != EINVAL && err != ENOTSUP) {
     return absl::InternalError(absl::StrCat(what, ": cannot sync folder ", dir, ": ", Errno(err)));
   }
   return absl::OkStatus();
@@ -73,7 +75,8 @@ absl::Status WriteError(const std::string& what, int err) {
                                         : absl::InternalError(message);
 }
 
-absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
+absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes, bool* in_place) {
+  if (in_place != nullptr) *in_place = false;
   static std::atomic<uint64_t> counter{0};
   const std::filesystem::path target(path);
   const std::string dir = target.parent_path().string();
@@ -90,6 +93,7 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
     unlink(tmp.c_str());
     return WriteError(absl::StrCat("cannot write ", path), err);
   }
+  if (in_place != nullptr) *in_place = true;
   return SyncDir(dir, absl::StrCat("wrote ", path, " but it may not survive a crash"));
 }
 

@@ -16,8 +16,11 @@ namespace clash::cad {
 /// mix; after a crash the file holds one of them. RESOURCE_EXHAUSTED when the disk or the
 /// user's disk quota is full, INTERNAL on other I/O errors (the temporary is removed). When
 /// only the last step fails (the folder cannot be synced), the new content is in place but may
-/// not survive a crash: INTERNAL too, and a caller that undoes its change reads the file back.
-[[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes);
+/// not survive a crash: INTERNAL too, with *in_place (when given) set, which tells the caller
+/// that readers see the new content. (A file system whose folders cannot be synced at all,
+/// EINVAL or ENOTSUP, counts as synced.)
+[[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes,
+                                               bool* in_place = nullptr);
 
 /// The status of a failed write (`what`: e.g. "cannot write <path>") with errno `err`:
 /// RESOURCE_EXHAUSTED when the disk or the user's disk quota is full (freeing space helps),
