@@ -127,9 +127,8 @@ void Scene::InstanceToProto(const InstanceRec& rec, v1::Instance* out) {
   server::ToProto(rec.world_box, out->mutable_world_bounds());
 }
 
-absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, PartStore* parts,
-                                                             absl::Duration retry_unserved) {
-  std::unique_ptr<SceneStore> store(new SceneStore(std::move(dir), parts, retry_unserved));
+absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, PartStore* parts) {
+  std::unique_ptr<SceneStore> store(new SceneStore(std::move(dir), parts));
   CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_));
   RemoveAbandonedTemporaries(store->dir_);
   // A folder that cannot be listed fails the open: serving no scene would hide the ones on
@@ -143,12 +142,11 @@ absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, Pa
     if (!st.ok() && !absl::IsDataLoss(st) && !absl::IsInvalidArgument(st)) {
       // The file may be sound: one of its parts does not load (damaged, or above a lowered
       // triangle limit), or the file itself does not read now (permissions, I/O). Moved
-      // aside, the scene would be lost for good; kept, it is served again once it and its parts
-      // load (Get tries), and it holds every part it may name meanwhile.
+      // aside, the scene would be lost for good; kept, it is served again by the first start
+      // at which it and its parts load, and it holds every part it may name meanwhile.
       LogLine(LogLevel::kError, absl::StrCat("scene store: scene ", id, " is not served: ",
                                              st.message(), "; its file is kept"));
-      std::lock_guard lock(store->mu_);
-      store->Unserve(id, std::string(st.message()));
+      store->unserved_.emplace(id, std::string(st.message()));
       continue;
     }
     if (!st.ok()) {  // the file reads but is not a scene: damaged
@@ -167,11 +165,7 @@ std::string SceneStore::ScenePath(const std::string& id) const {
   return absl::StrCat(dir_, "/", id, ".pb");
 }
 
-void SceneStore::Unserve(const std::string& id, std::string why) const {
-  unserved_.insert_or_assign(id, Unserved{std::move(why), absl::Now() + retry_unserved_});
-}
-
-absl::Status SceneStore::Load(const std::string& path, Scene& scene) const {
+absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
   CLASH_ASSIGN_OR_RETURN(std::string bytes, ReadFileCapped(path, kMaxSceneFileBytes));
   store::v1::StoredScene stored;
   if (!stored.ParseFromString(bytes) || stored.scene_id() != scene.id()) {
@@ -235,40 +229,17 @@ absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Create(const std::string& nam
 }
 
 absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Get(const std::string& id) const {
-  std::unique_lock lock(mu_);
-  if (auto it = scenes_.find(id); it != scenes_.end()) return it->second;
-  auto u = unserved_.find(id);
-  if (u == unserved_.end()) return absl::NotFoundError(absl::StrCat("no scene ", id));
-  const absl::Time now = absl::Now();
-  if (now >= u->second.next_try) {
-    // Time to read its file again, without the store's lock (a scene file may be large); the
-    // next try is put off first, so that calls meanwhile do not read it too.
-    u->second.next_try = now + retry_unserved_;
-    lock.unlock();
-    auto scene = std::make_shared<Scene>(id);
-    const absl::Status st = Load(ScenePath(id), *scene);
-    lock.lock();
-    u = unserved_.find(id);
-    if (u == unserved_.end()) {  // deleted meanwhile (or served by another call)
-      if (auto it = scenes_.find(id); it != scenes_.end()) return it->second;
-      return absl::NotFoundError(absl::StrCat("no scene ", id));
+  std::lock_guard lock(mu_);
+  auto it = scenes_.find(id);
+  if (it == scenes_.end()) {
+    if (auto u = unserved_.find(id); u != unserved_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("scene ", id, " is not served: ", u->second,
+                       "; a start of clashd at which it loads serves it again, or delete it"));
     }
-    if (st.ok()) {
-      LogLine(LogLevel::kInfo, absl::StrCat("scene store: scene ", id, " is served again"));
-      unserved_.erase(u);
-      scenes_.emplace(id, scene);
-      return scene;
-    }
-    if (absl::IsNotFound(st)) {  // its file is gone: so is the scene
-      unserved_.erase(u);
-      return absl::NotFoundError(absl::StrCat("no scene ", id));
-    }
-    u->second.why = std::string(st.message());
+    return absl::NotFoundError(absl::StrCat("no scene ", id));
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "scene ", id, " is not served: ", u->second.why, "; it is served again once it loads (tried ",
-      "again at most every ", absl::FormatDuration(retry_unserved_),
-      " when a call names it, and at a start), or delete it"));
+  return it->second;
 }
 
 std::vector<std::shared_ptr<Scene>> SceneStore::List(const std::string& after,
@@ -315,7 +286,7 @@ absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::st
   {
     std::lock_guard lock(mu_);
     for (const auto& [id, scene] : scenes_) scenes.emplace_back(id, scene);
-    for (const auto& [id, unserved] : unserved_) scenes.emplace_back(id, nullptr);
+    for (const auto& [id, why] : unserved_) scenes.emplace_back(id, nullptr);
   }
   std::sort(scenes.begin(), scenes.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -331,8 +302,7 @@ absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::st
     for (const store::v1::StoredInstance& si : stored.instances()) {
       if (si.part_id() == part_id) {
         return absl::StrCat("scene ", id,
-                            ", which is not served (delete it, or mend what keeps it from loading: "
-                            "GetScene says what)");
+                            ", which is not served (delete it, or restart once its parts load)");
       }
     }
     return std::nullopt;
@@ -463,7 +433,7 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
       std::lock_guard lock(mu_);
       if (is_served()) {
         scenes_.erase(scene.id());
-        Unserve(scene.id(), why);
+        unserved_.emplace(scene.id(), why);
       }
     }
   }

@@ -110,25 +110,18 @@ class SceneStore {
   /// the file is written and the quota counts it).
   using GrowthCheck = std::function<absl::Status(std::uint64_t growth)>;
 
-  /// How often a scene that is not served is read again (see Open).
-  static constexpr absl::Duration kRetryUnserved = absl::Seconds(10);
-
-  /// Opens the folder and loads every scene (parts come from `parts`). A scene file that does
-  /// not parse is logged and moved aside to <name>.damaged, never silently dropped. A scene
-  /// whose file cannot be read now, or one of whose parts does not load (a damaged part file, or
-  /// a part above a lowered triangle limit), is logged and not served; its file is kept (Get
-  /// answers FAILED_PRECONDITION with the reason; Delete removes it), and Get reads it again,
-  /// at most once per `retry_unserved`: the first read that succeeds serves it again (so does a
-  /// start).
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SceneStore>> Open(
-      std::string dir, PartStore* parts, absl::Duration retry_unserved = kRetryUnserved);
+  /// Opens the folder and loads every scene (parts come from `parts`). A scene file that cannot
+  /// be read is logged and moved aside to <name>.damaged, never silently dropped. A scene one
+  /// of whose parts does not load (a damaged part file, or a part above a lowered triangle
+  /// limit) is logged and not served; its file is kept for a later start (Get answers
+  /// FAILED_PRECONDITION with the reason; Delete removes it).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SceneStore>> Open(std::string dir,
+                                                                        PartStore* parts);
 
   /// A new scene, written before it is served (`grows`: as for Commit).
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Scene>> Create(const std::string& name,
                                                               const GrowthCheck& grows = nullptr);
-  /// NOT_FOUND for an unknown id; FAILED_PRECONDITION for a scene kept but not served (when
-  /// its file was last tried longer than `retry_unserved` ago, it is read first, and served
-  /// when it loads).
+  /// NOT_FOUND for an unknown id; FAILED_PRECONDITION for a scene Open kept but does not serve.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Scene>> Get(const std::string& id) const;
   /// Up to `limit` scenes with ids greater than `after`, in id order.
   [[nodiscard]] std::vector<std::shared_ptr<Scene>> List(const std::string& after,
@@ -155,34 +148,25 @@ class SceneStore {
 
   /// Writes the scene (hold its mu). On failure the in-memory scene is restored from its file,
   /// so memory never runs ahead of the disk; when that read fails too, the scene is not served
-  /// (FAILED_PRECONDITION, until its file reads again: see Open). NOT_FOUND for a deleted scene
+  /// (FAILED_PRECONDITION, until a start reads its file). NOT_FOUND for a deleted scene
   /// (nothing written), RESOURCE_EXHAUSTED when the file would pass the 1 GiB that Open reads,
   /// and `grows`'s error when it refuses a file larger than the one on disk (a new scene's file
   /// grows by all of its bytes).
   [[nodiscard]] absl::Status Commit(Scene& scene, const GrowthCheck& grows = nullptr);
 
  private:
-  SceneStore(std::string dir, PartStore* parts, absl::Duration retry_unserved)
-      : dir_(std::move(dir)), parts_(parts), retry_unserved_(retry_unserved) {}
+  SceneStore(std::string dir, PartStore* parts) : dir_(std::move(dir)), parts_(parts) {}
   [[nodiscard]] std::string ScenePath(const std::string& id) const;
-  [[nodiscard]] absl::Status Load(const std::string& path, Scene& scene) const;
-  /// Stops serving a scene (hold mu_): Get answers FAILED_PRECONDITION with `why`.
-  void Unserve(const std::string& id, std::string why) const;
+  [[nodiscard]] absl::Status Load(const std::string& path, Scene& scene);
   /// LockForWrite (`Lock` std::unique_lock) and LockForRead (std::shared_lock).
   template <typename Lock>
   [[nodiscard]] absl::StatusOr<Lock> LockScene(const Scene& scene, absl::Time deadline) const;
 
   std::string dir_;
   PartStore* parts_;
-  absl::Duration retry_unserved_;
   mutable std::mutex mu_;
-  // (Get, which is const, serves a scene again when its file reads.)
-  mutable std::map<std::string, std::shared_ptr<Scene>> scenes_;
-  struct Unserved {
-    std::string why;
-    absl::Time next_try;  // Get reads the file again from then on
-  };
-  mutable std::map<std::string, Unserved> unserved_;  // kept on disk, not served
+  std::map<std::string, std::shared_ptr<Scene>> scenes_;
+  std::map<std::string, std::string> unserved_;  // kept on disk, not served: id -> why
 };
 
 }  // namespace clash::server

@@ -1746,8 +1746,8 @@ TEST_F(ServerTest, AnEditThatCanBeNeitherWrittenNorUndoneStopsServingTheScene) {
     added = client_->AddInstances(add).status();
   }
   EXPECT_THAT(added, StatusIs(absl::StatusCode::kInternal, ""));
-  EXPECT_THAT(client_->GetScene(scene),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "served again once it loads"));
+  EXPECT_THAT(client_->GetScene(scene), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                 "a start of clashd at which it loads"));
   EXPECT_THAT(client_->ListInstances(scene).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, ""));
   Restart();
@@ -1774,81 +1774,21 @@ TEST_F(ServerTest, CallsThatFetchedASceneBeforeItStoppedBeingServedSeeThat) {
     EXPECT_FALSE(stores->scenes->Commit(**scene).ok());
   }
   const absl::Time later = absl::Now() + absl::Seconds(10);
-  EXPECT_THAT(stores->scenes->LockForRead(**scene, later).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "served again once it loads"));
-  EXPECT_THAT(stores->scenes->LockForWrite(**scene, later).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "served again once it loads"));
+  EXPECT_THAT(
+      stores->scenes->LockForRead(**scene, later).status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition, "a start of clashd at which it loads"));
+  EXPECT_THAT(
+      stores->scenes->LockForWrite(**scene, later).status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition, "a start of clashd at which it loads"));
   EXPECT_TRUE(stores->scenes->List("", 10).empty());
   auto user = stores->scenes->FirstUserOf(stores->parts->ListIds("", 10).at(0), later);
   ASSERT_THAT(user.status(), IsOk());
   EXPECT_EQ(user->value_or(""), "scene " + scene_id +
-                                    ", which is not served (delete it, or mend what keeps it from "
-                                    "loading: GetScene says what)");
+                                    ", which is not served (delete it, or restart once its parts "
+                                    "load)");
   EXPECT_THAT(stores->scenes->Delete(scene_id, later), IsOk());
   EXPECT_THAT(stores->scenes->Get(scene_id).status(), StatusIs(absl::StatusCode::kNotFound, ""));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/data/tenants/local/scenes/" + scene_id + ".pb"));
-}
-
-// A scene that stopped being served is read again by the next Get once `retry_unserved` has
-// passed since the last try, and served when its file reads: after an edit that could be
-// neither written nor undone, the last state stored; at a start, a file that could not be read
-// then (here a symbolic link, which the store does not follow) once it is mended. A read that
-// fails again keeps it unserved until the next try. Before, only a restart served them again.
-TEST_F(ServerTest, ASceneNotServedIsServedAgainOnceItsFileReads) {
-  const std::string scene_id = OneBoxSceneThenStop();
-  const std::string tenant = dir_ + "/data/tenants/local";
-  auto parts = PartStore::Open(tenant, ServerConfig{}.max_part_triangles);
-  ASSERT_THAT(parts.status(), IsOk());
-  const absl::Duration retry = absl::Milliseconds(500);
-  auto scenes = SceneStore::Open(tenant + "/scenes", parts->get(), retry);
-  ASSERT_THAT(scenes.status(), IsOk());
-  SceneStore& store = **scenes;
-  {
-    auto scene = store.Get(scene_id);
-    ASSERT_THAT(scene.status(), IsOk());
-    std::unique_lock lock((*scene)->mu);
-    (*scene)->name = "renamed";
-    (*scene)->Touch();
-    const NoFileDescriptorLeft none_left;
-    EXPECT_FALSE(store.Commit(**scene).ok());
-  }
-  EXPECT_THAT(store.Get(scene_id).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "served again once it loads"));
-  absl::SleepFor(retry);
-  auto again = store.Get(scene_id);
-  ASSERT_THAT(again.status(), IsOk());
-  EXPECT_EQ((*again)->name, "test");  // the last state stored, not the edit
-  EXPECT_EQ((*again)->instances.size(), 1u);
-  EXPECT_EQ(store.List("", 10).size(), 1u);
-
-  // Unreadable at the open; a try while it still is fails and waits for the next.
-  scenes->reset();
-  const std::string file = tenant + "/scenes/" + scene_id + ".pb";
-  const std::string aside = dir_ + "/scene-file-elsewhere.pb";
-  std::filesystem::rename(file, aside);
-  std::filesystem::create_symlink(aside, file);
-  scenes = SceneStore::Open(tenant + "/scenes", parts->get(), retry);
-  ASSERT_THAT(scenes.status(), IsOk());
-  EXPECT_THAT((*scenes)->Get(scene_id).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "is not served"));
-  absl::SleepFor(retry);
-  EXPECT_THAT((*scenes)->Get(scene_id).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "is not served"));  // tried, failed
-  std::filesystem::remove(file);
-  std::filesystem::rename(aside, file);
-  EXPECT_THAT((*scenes)->Get(scene_id).status(),  // not tried again yet
-              StatusIs(absl::StatusCode::kFailedPrecondition, "is not served"));
-  absl::SleepFor(retry);
-  auto mended = (*scenes)->Get(scene_id);
-  ASSERT_THAT(mended.status(), IsOk());
-  EXPECT_EQ((*mended)->instances.size(), 1u);
-  // A scene whose file is gone when it is tried is gone.
-  std::filesystem::rename(file, aside);
-  std::filesystem::create_symlink(aside, file);
-  scenes = SceneStore::Open(tenant + "/scenes", parts->get(), absl::ZeroDuration());
-  ASSERT_THAT(scenes.status(), IsOk());
-  std::filesystem::remove(file);
-  EXPECT_THAT((*scenes)->Get(scene_id).status(), StatusIs(absl::StatusCode::kNotFound, ""));
 }
 
 // A store folder that cannot be listed fails the store's open (and so the start): serving no
