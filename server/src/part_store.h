@@ -73,7 +73,8 @@ class PartStore {
   [[nodiscard]] absl::StatusOr<Prepared> Prepare(const PartInput& input,
                                                  PreparedHere* here = nullptr) const;
   /// Stores a prepared part (durably) and serves it; the entry already served when another call
-  /// stored the same content first.
+  /// stored the same content first. When its file is written but the folder cannot be synced,
+  /// the part is served all the same and the error (INTERNAL) returned.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Commit(Prepared prepared);
 
   /// The part with this id, loaded on first use. NOT_FOUND when unknown (or its file is

@@ -219,7 +219,14 @@ absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Create(const std::string& nam
     if (absl::Status st = Commit(*scene, grows); !st.ok()) {
       // Written but not synced: the caller is told the scene was not made, so its file goes
       // (it would be a scene nobody knows the id of, and a restart would serve it).
-      if (!FileGone(ScenePath(scene->id()))) (void)RemoveFileDurably(ScenePath(scene->id()));
+      const std::string path = ScenePath(scene->id());
+      if (!FileGone(path)) {
+        if (absl::Status removed = RemoveFileDurably(path); !removed.ok()) {
+          LogLine(LogLevel::kError,
+                  absl::StrCat("scene store: a scene not made stays on disk: ", removed.message()));
+        }
+        return absl::InternalError(absl::StrCat("scene not created: ", st.message()));
+      }
       return st;
     }
   }

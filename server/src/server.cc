@@ -627,7 +627,9 @@ struct ClashServer::Impl {
                           v1::SceneUpdateResponse* response) override {
       return impl_->Serve(ctx, "SetGroup", [&](Tenant& t) {
         CLASH_RETURN_IF_ERROR(CheckGroupName(request->group()));
-        return impl_->EditScene(t, ctx, request->scene_id(), response, true,
+        // (Deleting a group, no members, only shrinks the scene: never refused for the quota.)
+        const bool grows = !request->instance_ids().empty();
+        return impl_->EditScene(t, ctx, request->scene_id(), response, grows,
                                 [&](Scene& scene) -> absl::Status {
                                   std::set<uint64_t> members;
                                   for (uint64_t id : request->instance_ids()) {

@@ -44,8 +44,8 @@ bool WriteAll(int fd, std::string_view bytes) {
 // Makes the folder's entries (a rename, an unlink) durable: INTERNAL when they may not be (the
 // folder cannot be opened or synced: after EIO the kernel may have dropped the entries it
 // failed to write, so the change may not survive a crash). File systems that cannot sync a
-// folder at all (EINVAL, ENOTSUP: some network and shared-folder mounts) are taken as they are,
-// as PostgreSQL does: refusing every write there would serve nothing.
+// folder at all (EINVAL, ENOTSUP: some network and shared-folder mounts) are taken as they are
+// (PostgreSQL likewise ignores EINVAL there): refusing every write would serve nothing.
 absl::Status SyncDir(const std::string& dir, const std::string& what) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
