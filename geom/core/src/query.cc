@@ -134,9 +134,19 @@ bool DescendA(const BvhNode& na, const BvhNode& nb) {
   return na.half.squaredNorm() >= nb.half.squaredNorm();
 }
 
+// Whether the centre of `other` tells which of two children to visit first: when `other` is
+// not more than twice as large as the larger child (half-diagonals). A larger node's centre
+// says little about where it meets them: on the pushed-in motor x hammer pairs the ordering
+// took 57 % more instructions than none (87.7 k against 55.7 k per Distance call), and 46.0 k
+// with this test, which keeps its gains elsewhere.
+bool CentreOrders(const BvhNode& c0, const BvhNode& c1, const BvhNode& other) {
+  return other.half.squaredNorm() < 4.0 * std::max(c0.half.squaredNorm(), c1.half.squaredNorm());
+}
+
 // Visits every pair of overlapping leaves; `leaf(na, nb)` returns true to stop. With
 // kNearestFirst, of two overlapping children the one whose centre lies nearer the other node's
-// is visited first (for walks that stop at their first find); else the first child first.
+// is visited first (for walks that stop at their first find) when that centre tells
+// (CentreOrders); else the first child first.
 template <bool kNearestFirst = false, typename LeafFn>
 void ForOverlappingLeaves(const PairFrame& f, LeafFn&& leaf) {
   const auto& A = f.a.nodes();
@@ -163,7 +173,7 @@ void ForOverlappingLeaves(const PairFrame& f, LeafFn&& leaf) {
     if (DescendA(na, nb)) {
       const bool o1 = f.Overlap(A[na.index + 1], nb), o0 = f.Overlap(A[na.index], nb);
       if constexpr (kNearestFirst) {
-        if (o0 && o1) {
+        if (o0 && o1 && CentreOrders(A[na.index], A[na.index + 1], nb)) {
           const Vec3 c = f.CenterInA(nb);
           const bool far0 =
               (A[na.index].center - c).squaredNorm() > (A[na.index + 1].center - c).squaredNorm();
@@ -177,7 +187,7 @@ void ForOverlappingLeaves(const PairFrame& f, LeafFn&& leaf) {
     } else {
       const bool o1 = f.Overlap(na, B[nb.index + 1]), o0 = f.Overlap(na, B[nb.index]);
       if constexpr (kNearestFirst) {
-        if (o0 && o1) {
+        if (o0 && o1 && CentreOrders(B[nb.index], B[nb.index + 1], na)) {
           const bool far0 = (f.CenterInA(B[nb.index]) - na.center).squaredNorm() >
                             (f.CenterInA(B[nb.index + 1]) - na.center).squaredNorm();
           push(ia, nb.index + (far0 ? 0 : 1));
