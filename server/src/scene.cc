@@ -394,15 +394,17 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
   // below).
   const std::size_t size = stored.ByteSizeLong();
   const std::string path = ScenePath(scene.id());
-  std::error_code size_ec;
-  const std::uintmax_t on_disk = std::filesystem::file_size(path, size_ec);
-  const std::uint64_t growth = size_ec ? size : size > on_disk ? size - on_disk : 0;
   absl::Status refused = size > kMaxSceneFileBytes
                              ? absl::ResourceExhaustedError(
                                    absl::StrCat("scene ", scene.id(), " would take ", size,
                                                 " bytes on disk; at most ", kMaxSceneFileBytes))
-                         : growth > 0 && grows ? grows(growth)
-                                               : absl::OkStatus();
+                             : absl::OkStatus();
+  if (refused.ok() && grows) {  // (the file's size is looked up only for a growth check)
+    std::error_code size_ec;
+    const std::uintmax_t on_disk = std::filesystem::file_size(path, size_ec);
+    const std::uint64_t growth = size_ec ? size : size > on_disk ? size - on_disk : 0;
+    if (growth > 0) refused = grows(growth);
+  }
   std::string bytes;
   bool in_place = false;
   absl::Status st =
