@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "clash/geom/status_macros.h"
 #include "convert.h"
+#include "limiter.h"
 #include "log.h"
 #include "server/proto/store.pb.h"
 #include "storage.h"
@@ -142,11 +143,13 @@ absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, Pa
     if (!st.ok() && !absl::IsDataLoss(st) && !absl::IsInvalidArgument(st)) {
       // The file may be sound: one of its parts does not load (damaged, or above a lowered
       // triangle limit), or the file itself does not read now (permissions, I/O). Moved
-      // aside, the scene would be lost for good; kept, it is served again by the first start
-      // at which it and its parts load, and it holds every part it may name meanwhile.
+      // aside, the scene would be lost for good; kept, it is served again once it and its
+      // parts load (RetryUnserved, or a later start), and it holds every part it may name
+      // meanwhile.
       LogLine(LogLevel::kError, absl::StrCat("scene store: scene ", id, " is not served: ",
                                              st.message(), "; its file is kept"));
-      store->unserved_.emplace(id, std::string(st.message()));
+      std::lock_guard lock(store->mu_);
+      store->KeepUnserved(id, std::string(st.message()));
       continue;
     }
     if (!st.ok()) {  // the file reads but is not a scene: damaged
@@ -241,8 +244,9 @@ absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Get(const std::string& id) co
   if (it == scenes_.end()) {
     if (auto u = unserved_.find(id); u != unserved_.end()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("scene ", id, " is not served: ", u->second,
-                       "; a start of clashd at which it loads serves it again, or delete it"));
+          absl::StrCat("scene ", id, " is not served: ", u->second.why,
+                       "; clashd serves it again once it loads (it tries again from time to "
+                       "time, and at a start), or delete it"));
     }
     return absl::NotFoundError(absl::StrCat("no scene ", id));
   }
@@ -272,7 +276,11 @@ absl::StatusOr<Lock> SceneStore::LockScene(const Scene& scene, absl::Time deadli
   }
   if (scene.deleted) {  // deleted, or no longer served: what Get answers for its id now
     absl::Status now = Get(scene.id()).status();
-    return now.ok() ? absl::NotFoundError(absl::StrCat("no scene ", scene.id())) : now;
+    if (now.ok()) {  // served again since (RetryUnserved), as another object
+      return Transient(absl::AbortedError(absl::StrCat(
+          "scene ", scene.id(), " was loaded again while this call waited; try again")));
+    }
+    return now;
   }
   return lock;
 }
@@ -293,7 +301,7 @@ absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::st
   {
     std::lock_guard lock(mu_);
     for (const auto& [id, scene] : scenes_) scenes.emplace_back(id, scene);
-    for (const auto& [id, why] : unserved_) scenes.emplace_back(id, nullptr);
+    for (const auto& [id, unserved] : unserved_) scenes.emplace_back(id, nullptr);
   }
   std::sort(scenes.begin(), scenes.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -309,35 +317,61 @@ absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::st
     for (const store::v1::StoredInstance& si : stored.instances()) {
       if (si.part_id() == part_id) {
         return absl::StrCat("scene ", id,
-                            ", which is not served (delete it, or restart once its parts load)");
+                            ", which is not served (delete it, or let its parts load: clashd "
+                            "serves it again then)");
       }
     }
     return std::nullopt;
   };
-  for (const auto& [id, scene] : scenes) {
-    if (scene == nullptr) {
-      if (std::optional<std::string> user = user_from_file(id)) return user;
-      continue;
-    }
-    absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> lock = LockForRead(*scene, deadline);
+  // A served scene is read under its lock: nullopt when it does not place the part (or was
+  // deleted meanwhile), nullptr in `*again` when it stopped being served meanwhile (its file
+  // tells), the scene's object now in `*again` when it was served again meanwhile.
+  const auto user_when_served =
+      [&](const std::string& id, const Scene& scene,
+          std::shared_ptr<Scene>* again) -> absl::StatusOr<std::optional<std::string>> {
+    absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> lock = LockForRead(scene, deadline);
     if (absl::IsDeadlineExceeded(lock.status())) return lock.status();
-    if (absl::IsFailedPrecondition(lock.status())) {  // no longer served: its file tells
-      if (std::optional<std::string> user = user_from_file(id)) return user;
-      continue;
+    if (absl::IsFailedPrecondition(lock.status())) {
+      *again = nullptr;
+      return std::nullopt;
     }
-    if (!lock.ok()) continue;  // deleted meanwhile
-    for (const auto& [instance_id, rec] : scene->instances) {
+    if (absl::IsAborted(lock.status())) {
+      absl::StatusOr<std::shared_ptr<Scene>> now = Get(id);
+      if (now.ok()) *again = *std::move(now);
+      if (absl::IsFailedPrecondition(now.status())) *again = nullptr;
+      return std::nullopt;
+    }
+    if (!lock.ok()) return std::nullopt;  // deleted meanwhile
+    for (const auto& [instance_id, rec] : scene.instances) {
       if (rec.part->info.part_id() == part_id) {
         return absl::StrCat("scene ", id, " (remove its instances first)");
       }
+    }
+    return std::nullopt;
+  };
+  for (const auto& [id, listed] : scenes) {
+    std::shared_ptr<Scene> scene = listed;
+    // A scene may stop being served and be served again while this looks at it: until its
+    // state holds still (the deadline bounds the waits for its lock).
+    for (bool look = true; look;) {
+      if (scene == nullptr) {
+        if (std::optional<std::string> user = user_from_file(id)) return user;
+        break;
+      }
+      std::shared_ptr<Scene> again = scene;
+      CLASH_ASSIGN_OR_RETURN(std::optional<std::string> user, user_when_served(id, *scene, &again));
+      if (user) return user;
+      look = again != scene;
+      scene = std::move(again);
     }
   }
   return std::nullopt;
 }
 
 absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
-  // A scene not served is only its file (and it may stop being served while this call waits
-  // for its lock: then it is deleted as such).
+  // A scene not served is only its file. A served scene may stop being served while this call
+  // waits for its lock (then it is deleted as such), or be served again as another object (then
+  // that one is waited for).
   const auto delete_unserved = [&]() -> std::optional<absl::Status> {
     std::lock_guard lock(mu_);
     auto u = unserved_.find(id);
@@ -347,28 +381,32 @@ absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
     unserved_.erase(u);
     return removed;
   };
-  if (std::optional<absl::Status> done = delete_unserved()) return *done;
-  CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, Get(id));
-  // The scene's lock first, without the store's: a query may hold it for long, and Get must
-  // not wait for that.
-  absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> scene_lock =
-      LockForWrite(*scene, deadline);
-  if (absl::IsFailedPrecondition(scene_lock.status())) {
+  for (;;) {
     if (std::optional<absl::Status> done = delete_unserved()) return *done;
+    absl::StatusOr<std::shared_ptr<Scene>> got = Get(id);
+    if (absl::IsFailedPrecondition(got.status())) continue;  // stopped being served just now
+    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, std::move(got));
+    // The scene's lock first, without the store's: a query may hold it for long, and Get must
+    // not wait for that.
+    absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> scene_lock =
+        LockForWrite(*scene, deadline);
+    if (absl::IsFailedPrecondition(scene_lock.status()) || absl::IsAborted(scene_lock.status())) {
+      continue;
+    }
+    if (!scene_lock.ok()) return scene_lock.status();
+    std::lock_guard lock(mu_);
+    auto it = scenes_.find(id);
+    if (it == scenes_.end() || it->second != scene) {
+      return absl::NotFoundError(absl::StrCat("no scene ", id));
+    }
+    // A file removed whose folder could not be synced is gone as far as anyone can see: the
+    // scene too (the error says a crash may bring it back).
+    absl::Status removed = RemoveFileDurably(ScenePath(id));
+    if (!removed.ok() && !FileGone(ScenePath(id))) return removed;
+    scene->deleted = true;  // an edit that fetched it before cannot write it back
+    scenes_.erase(it);
+    return removed;
   }
-  if (!scene_lock.ok()) return scene_lock.status();
-  std::lock_guard lock(mu_);
-  auto it = scenes_.find(id);
-  if (it == scenes_.end() || it->second != scene) {
-    return absl::NotFoundError(absl::StrCat("no scene ", id));
-  }
-  // A file removed whose folder could not be synced is gone as far as anyone can see: the
-  // scene too (the error says a crash may bring it back).
-  absl::Status removed = RemoveFileDurably(ScenePath(id));
-  if (!removed.ok() && !FileGone(ScenePath(id))) return removed;
-  scene->deleted = true;  // an edit that fetched it before cannot write it back
-  scenes_.erase(it);
-  return removed;
 }
 
 absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
@@ -442,11 +480,70 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
       std::lock_guard lock(mu_);
       if (is_served()) {
         scenes_.erase(scene.id());
-        unserved_.emplace(scene.id(), why);
+        KeepUnserved(scene.id(), why);
       }
     }
   }
   return st;
+}
+
+void SceneStore::KeepUnserved(const std::string& id, std::string why) {
+  unserved_[id] = Unserved{std::move(why)};  // (tried again at the next RetryUnserved)
+}
+
+std::size_t SceneStore::unserved() const {
+  std::lock_guard lock(mu_);
+  return unserved_.size();
+}
+
+std::size_t SceneStore::RetryUnserved(absl::Duration min_delay,
+                                      const std::function<std::shared_ptr<void>()>& slot) {
+  std::lock_guard retry(retry_mu_);  // no two reads of one scene race to serve it
+  std::vector<std::string> due;
+  {
+    std::lock_guard lock(mu_);
+    const absl::Time now = absl::Now();
+    for (const auto& [id, u] : unserved_) {
+      if (u.next_try <= now) due.push_back(id);
+    }
+  }
+  std::size_t served = 0;
+  for (const std::string& id : due) {
+    // Read without the store's lock (it builds parts). Only a served scene's Commit writes its
+    // file, and this one is not served: what is read is its last state stored, unless Delete
+    // removes it meanwhile, which the check below sees.
+    std::shared_ptr<void> held;
+    if (slot && (held = slot()) == nullptr) break;  // no room now: at the next call
+    auto scene = std::make_shared<Scene>(id);
+    const absl::Status st = Load(ScenePath(id), *scene);
+    held.reset();
+    std::lock_guard lock(mu_);
+    auto u = unserved_.find(id);
+    if (u == unserved_.end()) continue;  // deleted meanwhile
+    if (st.ok()) {
+      unserved_.erase(u);
+      scenes_.emplace(id, std::move(scene));
+      ++served;
+      LogLine(LogLevel::kInfo, absl::StrCat("scene store: scene ", id, " is served again"));
+      continue;
+    }
+    if (absl::IsNotFound(st)) {  // its file is gone (removed by hand): so is the scene
+      unserved_.erase(u);
+      LogLine(LogLevel::kWarning,
+              absl::StrCat("scene store: scene ", id, " is gone: its file was removed"));
+      continue;
+    }
+    const std::string why(st.message());
+    if (why != u->second.why) {
+      LogLine(LogLevel::kError,
+              absl::StrCat("scene store: scene ", id, " is still not served: ", why));
+      u->second.why = why;
+    }
+    u->second.delay =
+        std::clamp(2 * u->second.delay, min_delay, std::max(min_delay, absl::Hours(1)));
+    u->second.next_try = absl::Now() + u->second.delay;
+  }
+  return served;
 }
 
 }  // namespace clash::server

@@ -113,8 +113,8 @@ class SceneStore {
   /// Opens the folder and loads every scene (parts come from `parts`). A scene file that cannot
   /// be read is logged and moved aside to <name>.damaged, never silently dropped. A scene one
   /// of whose parts does not load (a damaged part file, or a part above a lowered triangle
-  /// limit) is logged and not served; its file is kept for a later start (Get answers
-  /// FAILED_PRECONDITION with the reason; Delete removes it).
+  /// limit) is logged and not served; its file is kept until it loads (RetryUnserved, or a
+  /// later start; Get answers FAILED_PRECONDITION with the reason; Delete removes it).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<SceneStore>> Open(std::string dir,
                                                                         PartStore* parts);
 
@@ -139,7 +139,8 @@ class SceneStore {
 
   /// The scene's lock for a write, waited for until `deadline`: DEADLINE_EXCEEDED when a query
   /// still holds it then; when the scene was deleted or stopped being served meanwhile, what
-  /// Get answers now (NOT_FOUND, FAILED_PRECONDITION).
+  /// Get answers now (NOT_FOUND, FAILED_PRECONDITION), or ABORTED when it is served again by
+  /// then (RetryUnserved: another object, which Get returns; the call may try again).
   [[nodiscard]] absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> LockForWrite(
       Scene& scene, absl::Time deadline) const;
   /// The scene's lock for a read, likewise (DEADLINE_EXCEEDED when an edit still holds it).
@@ -154,6 +155,19 @@ class SceneStore {
   /// grows by all of its bytes).
   [[nodiscard]] absl::Status Commit(Scene& scene, const GrowthCheck& grows = nullptr);
 
+  /// Reads again each scene kept but not served whose turn has come, and serves those that
+  /// load now (their parts load: a damaged part uploaded again, a file readable again); returns
+  /// how many. A scene that still does not load waits `min_delay` before its next try, then
+  /// twice as long after each failure, up to an hour; its reason is logged when it changes.
+  /// A scene served again is a new object: calls that hold the old one get ABORTED from its
+  /// lock. clashd calls this every --unserved-scene-retry-seconds; one call runs at a time.
+  /// `slot` (optional) is asked before each scene is read, which builds the parts it names:
+  /// what it returns is held during the read, and null postpones the rest to the next call.
+  std::size_t RetryUnserved(absl::Duration min_delay,
+                            const std::function<std::shared_ptr<void>()>& slot = nullptr);
+  /// Scenes kept but not served.
+  [[nodiscard]] std::size_t unserved() const;
+
  private:
   SceneStore(std::string dir, PartStore* parts) : dir_(std::move(dir)), parts_(parts) {}
   [[nodiscard]] std::string ScenePath(const std::string& id) const;
@@ -166,7 +180,17 @@ class SceneStore {
   PartStore* parts_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Scene>> scenes_;
-  std::map<std::string, std::string> unserved_;  // kept on disk, not served: id -> why
+  /// A scene kept on disk and not served.
+  struct Unserved {
+    std::string why;
+    absl::Time next_try = absl::InfinitePast();   ///< RetryUnserved's next read of it.
+    absl::Duration delay = absl::ZeroDuration();  ///< Its wait after the last failed read.
+  };
+  /// Marks a scene not served (hold mu_).
+  void KeepUnserved(const std::string& id, std::string why);
+
+  std::map<std::string, Unserved> unserved_;  // id -> why and when to try again
+  std::mutex retry_mu_;                       // one RetryUnserved at a time
 };
 
 }  // namespace clash::server

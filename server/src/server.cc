@@ -90,6 +90,36 @@ absl::Time CallDeadline(const grpc::ServerContext* ctx, double max_seconds) {
   return std::min(server_max, absl::FromChrono(client));
 }
 
+// Runs a task every `period` on a thread of its own until stopped (or destroyed).
+class Periodic {
+ public:
+  Periodic(absl::Duration period, std::function<void()> task)
+      : thread_([this, period, task = std::move(task)] {
+          absl::MutexLock lock(&mu_);
+          while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), period)) {
+            mu_.Unlock();
+            task();
+            mu_.Lock();
+          }
+        }) {}
+  Periodic(const Periodic&) = delete;
+  Periodic& operator=(const Periodic&) = delete;
+  ~Periodic() { Stop(); }
+  /// Waits for a running task to end; no task starts after.
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
 // Cancels a call when its deadline passes, from a thread of its own. A server stream's Write
 // has no deadline: to a client that stops reading (its flow-control window full) it blocks for
 // good, holding the call's query slot and its scene's lock; cancelled, it returns.
@@ -519,11 +549,18 @@ struct ClashServer::Impl {
         const auto scenes = t.scenes().List(request->page_token(), n + 1);
         const absl::Time deadline = CallDeadline(ctx, impl_->config.max_query_seconds);
         for (std::size_t i = 0; i < scenes.size() && i < n; ++i) {
+          std::shared_ptr<Scene> scene = scenes[i];
           absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> lock =
-              t.scenes().LockForRead(*scenes[i], deadline);
+              t.scenes().LockForRead(*scene, deadline);
+          if (absl::IsAborted(lock.status())) {  // served again meanwhile: as it is now
+            absl::StatusOr<std::shared_ptr<Scene>> now = t.scenes().Get(scene->id());
+            if (!now.ok()) continue;
+            scene = *std::move(now);
+            lock = t.scenes().LockForRead(*scene, deadline);
+          }
           if (absl::IsDeadlineExceeded(lock.status())) return lock.status();
           if (!lock.ok()) continue;  // deleted, or no longer served, meanwhile
-          scenes[i]->ToProto(response->add_scenes());
+          scene->ToProto(response->add_scenes());
         }
         if (scenes.size() > n) response->set_next_page_token(scenes[n - 1]->id());
         return absl::OkStatus();
@@ -829,6 +866,8 @@ struct ClashServer::Impl {
   std::atomic<bool> draining{false};
   std::mutex shutdown_mu;
   bool shut_down = false;
+  // Tries the scenes kept but not served again (declared last: stopped before what it uses).
+  std::optional<Periodic> unserved_retry;
 };
 
 absl::StatusOr<std::shared_ptr<Tenant>> ClashServer::Impl::Admit(const grpc::ServerContext* ctx) {
@@ -1260,6 +1299,13 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
       "clashd_cpu_latency_limit_us",
       "CPU wake-up latency limit clashd holds now (PM QoS, microseconds); -1 when none.",
       [raw] { return raw->cpu_latency ? raw->cpu_latency->held_microseconds() : -1.0; });
+  impl->metrics.AddGauge(
+      "clashd_scenes_unserved",
+      "Scenes kept on disk but not served (a part or the file does not load); retried.", [raw] {
+        double n = 0;
+        for (const std::shared_ptr<Tenant>& t : raw->tenants->Opened()) n += t->scenes().unserved();
+        return n;
+      });
   impl->metrics.AddGauge("clashd_import_running", "Imports (worker processes) running.",
                          [raw] { return raw->import_limiter.running(); });
   impl->metrics.AddGauge("clashd_import_waiting", "Imports waiting for a slot.",
@@ -1322,6 +1368,19 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
     CLASH_ASSIGN_OR_RETURN(impl->metrics_http,
                            MetricsHttpServer::Start(config.metrics_listen, &impl->metrics));
   }
+  if (config.unserved_scene_retry_seconds > 0) {
+    // A read builds the parts its scene names: on a query slot nobody waits for, or later.
+    const absl::Duration period = absl::Seconds(config.unserved_scene_retry_seconds);
+    impl->unserved_retry.emplace(period, [raw, period] {
+      for (const std::shared_ptr<Tenant>& t : raw->tenants->Opened()) {
+        t->scenes().RetryUnserved(period, [raw]() -> std::shared_ptr<void> {
+          std::optional<WorkLimiter::Permit> slot = raw->query_limiter.TryAcquireSpare();
+          if (!slot) return nullptr;
+          return std::make_shared<WorkLimiter::Permit>(std::move(*slot));
+        });
+      }
+    });
+  }
   LogLine(LogLevel::kInfo,
           absl::StrCat("clashd listening on ", config.listen, " (port ", impl->port, "), data in ",
                        config.data_dir,
@@ -1349,6 +1408,7 @@ void ClashServer::Shutdown() {
   impl_->shut_down = true;
   LogLine(LogLevel::kInfo, "clashd shutting down");
   impl_->health_service.Shutdown();
+  if (impl_->unserved_retry) impl_->unserved_retry->Stop();
   const auto deadline =
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(impl_->config.shutdown_grace_seconds * 1e3));

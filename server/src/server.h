@@ -84,6 +84,10 @@ struct ServerConfig {
   /// not count), and hold it again on the next one, so that the CPUs sleep between interactive
   /// sessions; 0 holds it for the server's whole life.
   double cpu_latency_idle_seconds = 10;
+  /// How often clashd tries again to load the scenes it keeps but does not serve (a part that
+  /// did not load, uploaded again; a file readable again), each at most this often and, while
+  /// it still fails, at doubling intervals up to an hour; 0: only at a start.
+  double unserved_scene_retry_seconds = 30;
   /// No per-RPC log lines (tests).
   bool quiet = false;
 };

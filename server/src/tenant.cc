@@ -163,6 +163,13 @@ absl::StatusOr<Tenant::QueryTicket> Tenant::StartQuery() {
   return TakeTicket(queries_, limits_.max_concurrent_queries, "queries running or waiting");
 }
 
+std::vector<std::shared_ptr<Tenant>> TenantRegistry::Opened() {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Tenant>> out;
+  for (const auto& [name, tenant] : open_) out.push_back(tenant);
+  return out;
+}
+
 absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& name) {
   if (!IsTenantName(name)) return absl::InvalidArgumentError("malformed tenant name");
   std::lock_guard lock(mu_);

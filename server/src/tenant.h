@@ -12,6 +12,7 @@
 #include <shared_mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "clash/cad/import_cache.h"
@@ -159,6 +160,8 @@ class TenantRegistry {
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Tenant>> Get(const std::string& name);
 
   [[nodiscard]] const std::string& root() const { return root_; }
+  /// The tenants opened so far.
+  [[nodiscard]] std::vector<std::shared_ptr<Tenant>> Opened();
 
  private:
   std::string root_;

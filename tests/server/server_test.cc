@@ -20,11 +20,13 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
 #include <numbers>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "clash/cad/durable_file.h"
 #include "clash/cad/import_cache.h"
@@ -1747,7 +1750,7 @@ TEST_F(ServerTest, AnEditThatCanBeNeitherWrittenNorUndoneStopsServingTheScene) {
   }
   EXPECT_THAT(added, StatusIs(absl::StatusCode::kInternal, ""));
   EXPECT_THAT(client_->GetScene(scene), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                                 "a start of clashd at which it loads"));
+                                                 "clashd serves it again once it loads"));
   EXPECT_THAT(client_->ListInstances(scene).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, ""));
   Restart();
@@ -1776,19 +1779,123 @@ TEST_F(ServerTest, CallsThatFetchedASceneBeforeItStoppedBeingServedSeeThat) {
   const absl::Time later = absl::Now() + absl::Seconds(10);
   EXPECT_THAT(
       stores->scenes->LockForRead(**scene, later).status(),
-      StatusIs(absl::StatusCode::kFailedPrecondition, "a start of clashd at which it loads"));
+      StatusIs(absl::StatusCode::kFailedPrecondition, "clashd serves it again once it loads"));
   EXPECT_THAT(
       stores->scenes->LockForWrite(**scene, later).status(),
-      StatusIs(absl::StatusCode::kFailedPrecondition, "a start of clashd at which it loads"));
+      StatusIs(absl::StatusCode::kFailedPrecondition, "clashd serves it again once it loads"));
   EXPECT_TRUE(stores->scenes->List("", 10).empty());
   auto user = stores->scenes->FirstUserOf(stores->parts->ListIds("", 10).at(0), later);
   ASSERT_THAT(user.status(), IsOk());
   EXPECT_EQ(user->value_or(""), "scene " + scene_id +
-                                    ", which is not served (delete it, or restart once its parts "
-                                    "load)");
+                                    ", which is not served (delete it, or let its parts load: "
+                                    "clashd serves it again then)");
   EXPECT_THAT(stores->scenes->Delete(scene_id, later), IsOk());
   EXPECT_THAT(stores->scenes->Get(scene_id).status(), StatusIs(absl::StatusCode::kNotFound, ""));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/data/tenants/local/scenes/" + scene_id + ".pb"));
+}
+
+// A scene not served is read again by RetryUnserved and served once it loads: the last state
+// stored, as a new object. Calls that still hold the old one get ABORTED (try again) from its
+// lock, not NOT_FOUND, which DeletePart's check of the part's users would take for a deleted
+// scene; that check looks at the new object instead. A scene that still does not load waits
+// before its next read. Before, such a scene came back only with a restart.
+TEST_F(ServerTest, ASceneNotServedIsServedAgainOnceItLoads) {
+  const std::string scene_id = OneBoxSceneThenStop();
+  auto stores = OpenStores();
+  ASSERT_THAT(stores.status(), IsOk());
+  const std::string part = stores->parts->ListIds("", 10).at(0);
+  auto old = stores->scenes->Get(scene_id);
+  ASSERT_THAT(old.status(), IsOk());
+  const absl::Time later = absl::Now() + absl::Seconds(20);
+  std::optional<absl::StatusOr<std::optional<std::string>>> user;
+  std::thread check;
+  {
+    std::unique_lock lock((*old)->mu);  // an edit, which DeletePart's check then waits for
+    check = std::thread([&] { user = stores->scenes->FirstUserOf(part, later); });
+    absl::SleepFor(absl::Milliseconds(200));  // (it waits for the old object's lock by now)
+    (*old)->name = "renamed";
+    (*old)->Touch();
+    {
+      const NoFileDescriptorLeft none_left;
+      EXPECT_FALSE(stores->scenes->Commit(**old).ok());
+    }
+    EXPECT_EQ(stores->scenes->unserved(), 1u);
+    EXPECT_EQ(stores->scenes->RetryUnserved(absl::Seconds(30)), 1u);
+  }
+  check.join();
+  ASSERT_TRUE(user.has_value());
+  ASSERT_THAT(user->status(), IsOk());
+  EXPECT_EQ(user->value().value_or("none"), "scene " + scene_id + " (remove its instances first)");
+  EXPECT_EQ(stores->scenes->unserved(), 0u);
+  auto now = stores->scenes->Get(scene_id);
+  ASSERT_THAT(now.status(), IsOk());
+  EXPECT_NE(now->get(), old->get());
+  EXPECT_EQ((*now)->name, "test");  // the last state stored, not the edit that failed
+  EXPECT_EQ((*now)->instances.size(), 1u);
+  EXPECT_THAT(stores->scenes->LockForRead(**old, later).status(),
+              StatusIs(absl::StatusCode::kAborted, "loaded again while this call waited"));
+  EXPECT_THAT(stores->scenes->LockForWrite(**old, later).status(),
+              StatusIs(absl::StatusCode::kAborted, "try again"));
+  EXPECT_THAT(stores->scenes->LockForWrite(**now, later).status(), IsOk());
+  ASSERT_EQ(stores->scenes->List("", 10).size(), 1u);
+
+  // A scene that does not load (here its part file is damaged) waits before each next read,
+  // twice as long after each failure.
+  stores = absl::InternalError("closed");
+  const std::string part_file = dir_ + "/data/tenants/local/parts/" + part + ".pb";
+  const std::string part_bytes = cad::ReadFileCapped(part_file, 1 << 20).value_or("");
+  ASSERT_FALSE(part_bytes.empty());
+  { std::ofstream(part_file, std::ios::trunc) << "garbled"; }
+  auto damaged = OpenStores();
+  ASSERT_THAT(damaged.status(), IsOk());
+  EXPECT_EQ(damaged->scenes->unserved(), 1u);
+  EXPECT_THAT(damaged->scenes->Get(scene_id).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "its stored file is damaged"));
+  EXPECT_EQ(damaged->scenes->RetryUnserved(absl::Seconds(1)), 0u);  // next in 1 s
+  absl::SleepFor(absl::Milliseconds(1200));
+  EXPECT_EQ(damaged->scenes->RetryUnserved(absl::Seconds(1)), 0u);  // next in 2 s
+  { std::ofstream(part_file, std::ios::trunc | std::ios::binary) << part_bytes; }
+  EXPECT_EQ(damaged->scenes->RetryUnserved(absl::Seconds(1)), 0u);  // not read yet
+  EXPECT_EQ(damaged->scenes->unserved(), 1u);
+  absl::SleepFor(absl::Milliseconds(2200));
+  EXPECT_EQ(damaged->scenes->RetryUnserved(absl::Seconds(1)), 1u);
+  EXPECT_EQ(damaged->scenes->unserved(), 0u);
+  auto served = damaged->scenes->Get(scene_id);
+  ASSERT_THAT(served.status(), IsOk());
+  EXPECT_EQ((*served)->instances.size(), 1u);
+}
+
+// clashd tries the scenes it does not serve again by itself: a scene whose part file was
+// damaged is served again once the part is uploaded again (which repairs the file), without a
+// restart; the metrics count the scenes not served.
+TEST_F(ServerTest, ClashdServesASceneAgainOnceItsPartIsUploadedAgain) {
+  const RawMesh mesh = MakeBox(Vec3(5, 5, 5));
+  const std::string box = Upload(mesh, "box");
+  const std::string scene = NewScene();
+  Place(scene, box, RigidTransform::Identity(), "a");
+  client_.reset();
+  server_.reset();
+  { std::ofstream(dir_ + "/data/tenants/local/parts/" + box + ".pb", std::ios::trunc) << "x"; }
+  ServerConfig config;
+  config.unserved_scene_retry_seconds = 0.05;
+  Start(config);
+  EXPECT_THAT(client_->GetScene(scene),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "is not served"));
+  EXPECT_THAT(FetchMetrics(server_->metrics_port()),
+              ::testing::HasSubstr("\nclashd_scenes_unserved 1\n"));
+  absl::SleepFor(absl::Milliseconds(300));  // tried, and still not served
+  EXPECT_THAT(client_->GetScene(scene),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "is not served"));
+  EXPECT_EQ(Upload(mesh, "box"), box);
+  absl::StatusOr<v1::Scene> got = client_->GetScene(scene);
+  for (int i = 0; i < 200 && !got.ok(); ++i) {  // (tries back off: 0.05 s, 0.1 s, 0.2 s, ...)
+    absl::SleepFor(absl::Milliseconds(50));
+    got = client_->GetScene(scene);
+  }
+  ASSERT_THAT(got.status(), IsOk());
+  EXPECT_EQ(got->instance_count(), 1u);
+  EXPECT_THAT(FetchMetrics(server_->metrics_port()),
+              ::testing::HasSubstr("\nclashd_scenes_unserved 0\n"));
 }
 
 // A store folder that cannot be listed fails the store's open (and so the start): serving no
