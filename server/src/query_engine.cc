@@ -128,10 +128,15 @@ double PairTolerance(const v1::Tolerances& tol, const InstanceRec& a, const Inst
 }
 
 // Candidate pairs (ids ordered low, high) whose world boxes, grown by `margin`, overlap: every
-// pair with one instance in A and the other in B (or two in A when B is null).
-std::vector<std::pair<const InstanceRec*, const InstanceRec*>> CandidatePairs(
+// pair with one instance in A and the other in B (or two in A when B is null). `stop` is asked
+// every 1024 instances or pairs of overridden instances.
+absl::StatusOr<std::vector<std::pair<const InstanceRec*, const InstanceRec*>>> CandidatePairs(
     const Scene& scene, const PosedScene& posed, const std::vector<const InstanceRec*>& set_a,
-    const Selection& in_a, const Selection* in_b, double margin) {
+    const Selection& in_a, const Selection* in_b, double margin, const StopCheck& stop) {
+  std::size_t steps = 0;
+  const auto step = [&]() -> absl::Status {
+    return (++steps & 1023) == 0 ? stop() : absl::OkStatus();
+  };
   absl::flat_hash_set<std::pair<uint64_t, uint64_t>> seen;
   std::vector<std::pair<const InstanceRec*, const InstanceRec*>> out;
   auto valid = [&](uint64_t x, uint64_t y) {
@@ -147,11 +152,17 @@ std::vector<std::pair<const InstanceRec*, const InstanceRec*>> CandidatePairs(
   // Overridden instances are not where the tree has them: the tree is asked with their
   // overriding boxes, and pairs of two overridden instances are tested directly.
   std::vector<const InstanceRec*> overridden;
+  std::vector<Aabb> overridden_boxes;  // their boxes where the overrides put them
   for (uint64_t id : posed.OverriddenIds()) {
     const InstanceRec* rec = scene.Find(id);
-    if (rec != nullptr && rec->enabled) overridden.push_back(rec);
+    if (rec == nullptr || !rec->enabled) continue;
+    // One in neither set pairs with nothing.
+    if (!in_a.Contains(id) && (in_b == nullptr || !in_b->Contains(id))) continue;
+    overridden.push_back(rec);
+    overridden_boxes.push_back(posed.Get(*rec).box);
   }
   for (const InstanceRec* a : set_a) {
+    CLASH_RETURN_IF_ERROR(step());
     if (posed.IsOverridden(a->id)) continue;
     scene.tree.Query(a->world_box.Inflated(margin), [&](uint64_t other) {
       if (!posed.IsOverridden(other)) {
@@ -161,8 +172,9 @@ std::vector<std::pair<const InstanceRec*, const InstanceRec*>> CandidatePairs(
     });
   }
   for (std::size_t i = 0; i < overridden.size(); ++i) {
+    CLASH_RETURN_IF_ERROR(step());
     const InstanceRec* o = overridden[i];
-    const Aabb box = posed.Get(*o).box.Inflated(margin);
+    const Aabb box = overridden_boxes[i].Inflated(margin);
     scene.tree.Query(box, [&](uint64_t other) {
       if (!posed.IsOverridden(other)) {
         if (const InstanceRec* b = scene.Find(other)) consider(o, b);
@@ -170,7 +182,8 @@ std::vector<std::pair<const InstanceRec*, const InstanceRec*>> CandidatePairs(
       return true;
     });
     for (std::size_t j = i + 1; j < overridden.size(); ++j) {
-      if (box.Overlaps(posed.Get(*overridden[j]).box)) consider(o, overridden[j]);
+      CLASH_RETURN_IF_ERROR(step());
+      if (box.Overlaps(overridden_boxes[j])) consider(o, overridden[j]);
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& p, const auto& q) {
@@ -269,18 +282,36 @@ double ContactTolerance(const v1::Tolerances& tol, double deflection_sum, double
 absl::Status ResolveAllowRules(
     const Scene& scene, const google::protobuf::RepeatedPtrField<v1::AllowedInterference>& in,
     std::vector<AllowRule>* out) {
+  if (in.size() > kMaxAllowRules) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(in.size(), " allowed-interference rules; at most ", kMaxAllowRules));
+  }
+  // Sets are made only for selectors that name instances, and only up to a budget: a few bytes
+  // of request naming a large group many times must not take gigabytes.
+  std::size_t named = 0;
+  const auto resolve = [&](const v1::AllowedInterference& r, const v1::InstanceSelector& selector,
+                           bool* all, absl::flat_hash_set<uint64_t>* ids) -> absl::Status {
+    *all = SelectsAll(selector);
+    if (*all) return absl::OkStatus();
+    CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> listed,
+                           SelectInstances(scene, selector));
+    named += listed.size();
+    if (named > kMaxAllowRuleInstances) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "allowed-interference rules name more than ", kMaxAllowRuleInstances,
+          " instances in all (at rule '", r.name(), "'); an empty selector names every instance"));
+    }
+    *ids = ToSet(listed);
+    return absl::OkStatus();
+  };
   for (const v1::AllowedInterference& r : in) {
     AllowRule rule;
     rule.name = r.name();
-    CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> a, SelectInstances(scene, r.a()));
-    rule.a = ToSet(a);
+    CLASH_RETURN_IF_ERROR(resolve(r, r.a(), &rule.a_all, &rule.a));
     // b unset: the pairs within a; b present, like every selector, chooses every instance when
     // it names nothing (a against the whole scene, as for InterferenceRequest.set_b).
     rule.pairs_within_a = !r.has_b();
-    if (r.has_b()) {
-      CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> b, SelectInstances(scene, r.b()));
-      rule.b = ToSet(b);
-    }
+    if (r.has_b()) CLASH_RETURN_IF_ERROR(resolve(r, r.b(), &rule.b_all, &rule.b));
     for (int c : r.classes()) {
       if (c != v1::HARD && c != v1::CONTACT && c != v1::CLEARANCE && c != v1::CONTAINED) {
         return absl::InvalidArgumentError(
@@ -299,8 +330,9 @@ absl::Status ResolveAllowRules(
 }
 
 bool AllowRule::CoversPair(uint64_t x, uint64_t y) const {
-  return pairs_within_a ? (a.contains(x) && a.contains(y))
-                        : ((a.contains(x) && b.contains(y)) || (b.contains(x) && a.contains(y)));
+  const auto in_a = [&](uint64_t id) { return a_all || a.contains(id); };
+  const auto in_b = [&](uint64_t id) { return b_all || b.contains(id); };
+  return pairs_within_a ? (in_a(x) && in_a(y)) : ((in_a(x) && in_b(y)) || (in_b(x) && in_a(y)));
 }
 
 bool AllowRule::Covers(uint64_t x, uint64_t y, v1::ClashClass cls, double depth_mm) const {
@@ -345,8 +377,9 @@ absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(
   }
   for (const std::string& prefix : selector.path_prefixes()) {
     bool any = false;
+    const std::string below = absl::StrCat(prefix, "/");
     for (const auto& [id, rec] : scene.instances) {
-      if (rec.path == prefix || absl::StartsWith(rec.path, absl::StrCat(prefix, "/"))) {
+      if (rec.path == prefix || absl::StartsWith(rec.path, below)) {
         chosen.insert(id);
         any = true;
       }
@@ -449,8 +482,9 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   const double max_tau =
       ContactTolerance(tol, 2 * scene.max_deflection_mm, scene.max_part_diagonal_mm);
   const double margin = std::max(max_tau, tol.clearance_mm());
-  const auto candidates =
-      CandidatePairs(scene, posed, set_a, in_a, request.has_set_b() ? &in_b : nullptr, margin);
+  CLASH_ASSIGN_OR_RETURN(const auto candidates,
+                         CandidatePairs(scene, posed, set_a, in_a,
+                                        request.has_set_b() ? &in_b : nullptr, margin, stop));
 
   v1::InterferenceResponse response;
   v1::InterferenceSummary* summary = response.mutable_summary();
@@ -885,7 +919,10 @@ absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickReque
         const InstanceRec* rec = scene.Find(id);
         if (rec == nullptr) return ray.t_max;
         std::optional<geom::RayHit> hit = geom::CastRay(*rec->part->geom, rec->X_WP, ray);
-        if (hit && (!best.hit || hit->t < best.hit->t)) {
+        // Equal distances go to the smaller instance id, whatever order the tree (whose shape
+        // depends on the scene's history) visits them in.
+        if (hit && (!best.hit || hit->t < best.hit->t ||
+                    (hit->t == best.hit->t && rec->id < best.rec->id))) {
           best.hit = hit;
           best.rec = rec;
           ray.t_max = hit->t;

@@ -36,8 +36,10 @@ struct QueryLimits {
 /// An allowed-interference rule resolved to instance sets.
 struct AllowRule {
   std::string name;
-  absl::flat_hash_set<uint64_t> a;
-  absl::flat_hash_set<uint64_t> b;
+  absl::flat_hash_set<uint64_t> a;   ///< When !a_all.
+  absl::flat_hash_set<uint64_t> b;   ///< When !b_all.
+  bool a_all = false;                ///< a names nothing: every instance (no set is made).
+  bool b_all = false;                ///< Likewise for b (when it is present).
   bool pairs_within_a = true;        ///< No set b: any two instances of a.
   absl::flat_hash_set<int> classes;  ///< Empty: every class.
   double max_depth_mm = 0;           ///< > 0: deeper HARD clashes are not covered.
@@ -47,7 +49,14 @@ struct AllowRule {
   [[nodiscard]] bool Covers(uint64_t x, uint64_t y, v1::ClashClass cls, double depth_mm) const;
 };
 
-/// Appends the rules, resolved on the scene. NOT_FOUND as SelectInstances.
+/// Rules a request may give, and instances their selectors may name in all (counting an
+/// instance once per selector naming it; an empty selector, every instance, counts none):
+/// RESOURCE_EXHAUSTED beyond, as for other sizes.
+inline constexpr int kMaxAllowRules = 10'000;
+inline constexpr std::size_t kMaxAllowRuleInstances = std::size_t{1} << 22;
+
+/// Appends the rules, resolved on the scene. NOT_FOUND as SelectInstances; RESOURCE_EXHAUSTED
+/// beyond kMaxAllowRules or kMaxAllowRuleInstances.
 [[nodiscard]] absl::Status ResolveAllowRules(
     const Scene& scene, const google::protobuf::RepeatedPtrField<v1::AllowedInterference>& in,
     std::vector<AllowRule>* out);

@@ -1012,6 +1012,81 @@ TEST_F(ServerTest, AllowedInterferenceIsReportedAsSuppressed) {
   }
 }
 
+// Allowed-interference rules are bounded: a request may give at most kMaxAllowRules of them,
+// and their selectors may name at most kMaxAllowRuleInstances instances in all (RESOURCE_
+// EXHAUSTED beyond, nothing computed); a selector that names nothing (every instance) makes no
+// set and counts none. Before, each rule copied the instances it chose, so ten thousand rules
+// of a few bytes each naming a large group, or every instance, took gigabytes.
+TEST_F(ServerTest, AllowedInterferenceRulesAreBounded) {
+  const std::string box = Upload(MakeBox(Vec3(5, 5, 5)), "box");
+  const std::string scene = NewScene();
+  v1::AddInstancesRequest add;
+  add.set_scene_id(scene);
+  for (int i = 0; i < 500; ++i) {
+    v1::PartPlacement* p = add.add_parts();
+    p->set_part_id(box);
+    p->set_path("b" + std::to_string(i));
+    *p->mutable_pose() = ToPose(RigidTransform::Translation(Vec3(3.0 * i, 0, 0)));
+    p->add_groups("all");
+  }
+  ASSERT_THAT(client_->AddInstances(add).status(), IsOk());
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene);
+  auto r = client_->CheckInterference(req);
+  ASSERT_THAT(r.status(), IsOk());
+  const uint64_t hard = r->summary().hard();  // each box with its three nearest on each side
+  EXPECT_EQ(hard, 499u + 498u + 497u);
+  for (int i = 0; i < kMaxAllowRules; ++i) req.add_allowed()->set_name("r");  // every pair
+  r = client_->CheckInterference(req);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->summary().hard(), 0u);
+  EXPECT_EQ(r->summary().suppressed(), hard);
+  req.add_allowed()->set_name("one too many");
+  EXPECT_THAT(client_->CheckInterference(req).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "allowed-interference rules"));
+  req.clear_allowed();
+  // 500 instances named by each of 8400 rules: past 2^22 in all.
+  const int rules = static_cast<int>(kMaxAllowRuleInstances / 500) + 12;
+  for (int i = 0; i < rules; ++i) req.add_allowed()->mutable_a()->add_groups("all");
+  EXPECT_THAT(client_->CheckInterference(req).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "name more than"));
+  req.mutable_allowed()->DeleteSubrange(0, 12 + 1);
+  r = client_->CheckInterference(req);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->summary().suppressed(), hard);
+}
+
+// Equal ray distances go to the smaller instance id, whatever order the scene's broad-phase
+// tree (whose shape depends on the scene's history) visits the instances in: instances of one
+// part at one pose, hit at the same distance.
+TEST_F(ServerTest, APickThatHitsInstancesAtTheSameDistanceAnswersTheSmallestId) {
+  const std::string box = Upload(MakeBox(Vec3(2, 2, 2)), "box");
+  const std::string scene = NewScene();
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 12; ++i) {
+    ids.push_back(Place(scene, box, RigidTransform::Translation(Vec3(i % 3 == 0 ? 0 : 5 * i, 0, 0)),
+                        "i" + std::to_string(i)));
+  }
+  v1::PickRequest req;
+  req.set_scene_id(scene);
+  v1::Ray* ray = req.add_rays();
+  ray->mutable_origin_mm()->set_x(0.3);
+  ray->mutable_origin_mm()->set_y(0.2);
+  ray->mutable_origin_mm()->set_z(10);
+  ray->mutable_direction()->set_z(-1);
+  // Removing the smallest of the coincident ones leaves the next smallest, each time.
+  for (int i = 0; i < 12; i += 3) {
+    auto resp = client_->PickRays(req);
+    ASSERT_THAT(resp.status(), IsOk());
+    ASSERT_TRUE(resp->hits(0).hit());
+    EXPECT_EQ(resp->hits(0).instance_id(), ids[i]) << i;
+    v1::RemoveInstancesRequest remove;
+    remove.set_scene_id(scene);
+    remove.add_instance_ids(ids[i]);
+    ASSERT_THAT(client_->RemoveInstances(remove).status(), IsOk());
+  }
+}
+
 // A rule's b unset covers the pairs within a; set but empty, like every selector, it chooses
 // every instance: a against the whole scene (clashctl's SEL/all). The proto says so; this pins
 // the difference down.
