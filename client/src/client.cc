@@ -21,17 +21,14 @@
 namespace clash::client {
 namespace {
 
-// UNAVAILABLE, and RESOURCE_EXHAUSTED or ABORTED when the server marked it transient (trailing
-// metadata clash-retryable: a full queue, a tenant's concurrency or rate limit, a scene served
-// again while the call waited for it). Any other RESOURCE_EXHAUSTED (a size, triangle or
-// instance limit, the storage quota, a message larger than this client receives) would fail
-// again: retried, an upload would be sent again for nothing.
+// UNAVAILABLE, and RESOURCE_EXHAUSTED when the server marked it transient (trailing metadata
+// clash-retryable: a full queue, a tenant's concurrency or rate limit). Any other
+// RESOURCE_EXHAUSTED (a size, triangle or instance limit, the storage quota, a message larger
+// than this client receives) would fail again: retried, an upload would be sent again for
+// nothing.
 bool Retryable(const grpc::Status& status, const grpc::ClientContext& ctx) {
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) return true;
-  if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED &&
-      status.error_code() != grpc::StatusCode::ABORTED) {
-    return false;
-  }
+  if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return false;
   const auto& trailers = ctx.GetServerTrailingMetadata();
   const auto it = trailers.find("clash-retryable");
   return it != trailers.end() && it->second == "1";

@@ -14,7 +14,6 @@
 #include "absl/time/clock.h"
 #include "clash/geom/status_macros.h"
 #include "convert.h"
-#include "limiter.h"
 #include "log.h"
 #include "server/proto/store.pb.h"
 #include "storage.h"
@@ -277,12 +276,32 @@ absl::StatusOr<Lock> SceneStore::LockScene(const Scene& scene, absl::Time deadli
   if (scene.deleted) {  // deleted, or no longer served: what Get answers for its id now
     absl::Status now = Get(scene.id()).status();
     if (now.ok()) {  // served again since (RetryUnserved), as another object
-      return Transient(absl::AbortedError(absl::StrCat(
-          "scene ", scene.id(), " was loaded again while this call waited; try again")));
+      return absl::AbortedError(absl::StrCat(
+          "scene ", scene.id(), " was loaded again while this call waited; try again"));
     }
     return now;
   }
   return lock;
+}
+
+template <typename Lock>
+absl::StatusOr<Lock> SceneStore::LockCurrent(std::shared_ptr<Scene>* scene,
+                                             absl::Time deadline) const {
+  for (;;) {  // (each turn needs the scene served anew; the deadline bounds the waits)
+    absl::StatusOr<Lock> lock = LockScene<Lock>(**scene, deadline);
+    if (!absl::IsAborted(lock.status())) return lock;
+    CLASH_ASSIGN_OR_RETURN(*scene, Get((*scene)->id()));
+  }
+}
+
+absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> SceneStore::LockCurrentForWrite(
+    std::shared_ptr<Scene>* scene, absl::Time deadline) const {
+  return LockCurrent<std::unique_lock<std::shared_timed_mutex>>(scene, deadline);
+}
+
+absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> SceneStore::LockCurrentForRead(
+    std::shared_ptr<Scene>* scene, absl::Time deadline) const {
+  return LockCurrent<std::shared_lock<std::shared_timed_mutex>>(scene, deadline);
 }
 
 absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> SceneStore::LockForWrite(
@@ -323,55 +342,33 @@ absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::st
     }
     return std::nullopt;
   };
-  // A served scene is read under its lock: nullopt when it does not place the part (or was
-  // deleted meanwhile), nullptr in `*again` when it stopped being served meanwhile (its file
-  // tells), the scene's object now in `*again` when it was served again meanwhile.
-  const auto user_when_served =
-      [&](const std::string& id, const Scene& scene,
-          std::shared_ptr<Scene>* again) -> absl::StatusOr<std::optional<std::string>> {
-    absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> lock = LockForRead(scene, deadline);
-    if (absl::IsDeadlineExceeded(lock.status())) return lock.status();
-    if (absl::IsFailedPrecondition(lock.status())) {
-      *again = nullptr;
-      return std::nullopt;
-    }
-    if (absl::IsAborted(lock.status())) {
-      absl::StatusOr<std::shared_ptr<Scene>> now = Get(id);
-      if (now.ok()) *again = *std::move(now);
-      if (absl::IsFailedPrecondition(now.status())) *again = nullptr;
-      return std::nullopt;
-    }
-    if (!lock.ok()) return std::nullopt;  // deleted meanwhile
-    for (const auto& [instance_id, rec] : scene.instances) {
-      if (rec.part->info.part_id() == part_id) {
-        return absl::StrCat("scene ", id, " (remove its instances first)");
-      }
-    }
-    return std::nullopt;
-  };
   for (const auto& [id, listed] : scenes) {
-    std::shared_ptr<Scene> scene = listed;
-    // A scene may stop being served and be served again while this looks at it: until its
-    // state holds still (the deadline bounds the waits for its lock).
-    for (bool look = true; look;) {
-      if (scene == nullptr) {
-        if (std::optional<std::string> user = user_from_file(id)) return user;
-        break;
+    if (std::shared_ptr<Scene> scene = listed) {
+      // Served when listed: read under its lock (the object served now, when it was served
+      // again meanwhile).
+      absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> lock =
+          LockCurrentForRead(&scene, deadline);
+      if (absl::IsDeadlineExceeded(lock.status())) return lock.status();
+      if (lock.ok()) {
+        for (const auto& [instance_id, rec] : scene->instances) {
+          if (rec.part->info.part_id() == part_id) {
+            return absl::StrCat("scene ", id, " (remove its instances first)");
+          }
+        }
+        continue;
       }
-      std::shared_ptr<Scene> again = scene;
-      CLASH_ASSIGN_OR_RETURN(std::optional<std::string> user, user_when_served(id, *scene, &again));
-      if (user) return user;
-      look = again != scene;
-      scene = std::move(again);
+      if (!absl::IsFailedPrecondition(lock.status())) continue;  // deleted meanwhile
     }
+    // Not served (now): its file tells.
+    if (std::optional<std::string> user = user_from_file(id)) return user;
   }
   return std::nullopt;
 }
 
 absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
   // A scene not served is only its file. A served scene may stop being served while this call
-  // waits for its lock (then it is deleted as such), or be served again as another object (then
-  // that one is waited for).
+  // waits for its lock (then it is deleted as such), or be served again as another object
+  // (LockCurrentForWrite then waits for that one).
   const auto delete_unserved = [&]() -> std::optional<absl::Status> {
     std::lock_guard lock(mu_);
     auto u = unserved_.find(id);
@@ -379,6 +376,7 @@ absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
     absl::Status removed = RemoveFileDurably(ScenePath(id));
     if (!removed.ok() && !FileGone(ScenePath(id))) return removed;
     unserved_.erase(u);
+    unserved_count_.store(unserved_.size(), std::memory_order_relaxed);
     return removed;
   };
   for (;;) {
@@ -389,10 +387,8 @@ absl::Status SceneStore::Delete(const std::string& id, absl::Time deadline) {
     // The scene's lock first, without the store's: a query may hold it for long, and Get must
     // not wait for that.
     absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> scene_lock =
-        LockForWrite(*scene, deadline);
-    if (absl::IsFailedPrecondition(scene_lock.status()) || absl::IsAborted(scene_lock.status())) {
-      continue;
-    }
+        LockCurrentForWrite(&scene, deadline);
+    if (absl::IsFailedPrecondition(scene_lock.status())) continue;  // now as not served
     if (!scene_lock.ok()) return scene_lock.status();
     std::lock_guard lock(mu_);
     auto it = scenes_.find(id);
@@ -469,7 +465,7 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
     // keeps it served meanwhile). When that fails too (what stopped the write may stop the
     // read: no file descriptor, I/O errors), memory holds an edit its file does not, or half a
     // scene: it is served no more, rather than answer from a state that was never stored,
-    // until a start reads the file (the last state stored).
+    // until RetryUnserved or a start reads the file (the last state stored).
     const absl::Status restored = Load(ScenePath(scene.id()), scene);
     if (!restored.ok()) {
       const std::string why =
@@ -488,13 +484,12 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
 }
 
 void SceneStore::KeepUnserved(const std::string& id, std::string why) {
-  unserved_[id] = Unserved{std::move(why)};  // (tried again at the next RetryUnserved)
+  Unserved& u = unserved_[id] = Unserved();  // (tried again at the next RetryUnserved)
+  u.why = std::move(why);
+  unserved_count_.store(unserved_.size(), std::memory_order_relaxed);
 }
 
-std::size_t SceneStore::unserved() const {
-  std::lock_guard lock(mu_);
-  return unserved_.size();
-}
+std::size_t SceneStore::unserved() const { return unserved_count_.load(std::memory_order_relaxed); }
 
 std::size_t SceneStore::RetryUnserved(absl::Duration min_delay,
                                       const std::function<std::shared_ptr<void>()>& slot) {
@@ -504,33 +499,71 @@ std::size_t SceneStore::RetryUnserved(absl::Duration min_delay,
     std::lock_guard lock(mu_);
     const absl::Time now = absl::Now();
     for (const auto& [id, u] : unserved_) {
-      if (u.next_try <= now) due.push_back(id);
+      // Due, or the part that kept it from loading is in memory now (uploaded again).
+      if (u.next_try <= now || (!u.failed_part.empty() && parts_->Loaded(u.failed_part))) {
+        due.push_back(id);
+      }
     }
   }
   std::size_t served = 0;
   for (const std::string& id : due) {
-    // Read without the store's lock (it builds parts). Only a served scene's Commit writes its
-    // file, and this one is not served: what is read is its last state stored, unless Delete
-    // removes it meanwhile, which the check below sees.
-    std::shared_ptr<void> held;
-    if (slot && (held = slot()) == nullptr) break;  // no room now: at the next call
+    // Read without the store's lock. Only a served scene's Commit writes its file, and this
+    // one is not served: what is read is its last state stored, unless Delete removes it
+    // meanwhile, which the check under the lock below sees.
+    const std::string path = ScenePath(id);
+    std::string failed_part;
+    // Its parts first, each not in memory yet built on a slot of its own (`slot`): the read
+    // holds none for the whole scene, and a pass stops as soon as a query waits.
+    bool postponed = false;
+    {
+      absl::StatusOr<std::string> bytes = ReadFileCapped(path, kMaxSceneFileBytes);
+      store::v1::StoredScene stored;
+      if (bytes.ok() && stored.ParseFromString(*bytes)) {
+        std::set<std::string> tried;
+        for (const store::v1::StoredInstance& si : stored.instances()) {
+          if (!tried.insert(si.part_id()).second || parts_->Loaded(si.part_id())) continue;
+          std::shared_ptr<void> held;
+          if (slot && (held = slot()) == nullptr) {
+            postponed = true;
+            break;
+          }
+          if (!parts_->Get(si.part_id()).ok()) {
+            failed_part = si.part_id();
+            break;  // (Load below says why)
+          }
+        }
+      }
+    }
+    if (postponed) break;  // no room now: at the next call, with no wait added
+    // (A part that did not load above fails here again, saying why as at a start.)
     auto scene = std::make_shared<Scene>(id);
-    const absl::Status st = Load(ScenePath(id), *scene);
-    held.reset();
+    const absl::Status st = Load(path, *scene);
+    if (st.ok()) failed_part.clear();
     std::lock_guard lock(mu_);
     auto u = unserved_.find(id);
     if (u == unserved_.end()) continue;  // deleted meanwhile
     if (st.ok()) {
       unserved_.erase(u);
+      unserved_count_.store(unserved_.size(), std::memory_order_relaxed);
       scenes_.emplace(id, std::move(scene));
       ++served;
       LogLine(LogLevel::kInfo, absl::StrCat("scene store: scene ", id, " is served again"));
       continue;
     }
-    if (absl::IsNotFound(st)) {  // its file is gone (removed by hand): so is the scene
+    if (absl::IsNotFound(st) || absl::IsDataLoss(st) || absl::IsInvalidArgument(st)) {
+      // Its file is gone (removed by hand), or reads but is no scene (as at a start: moved
+      // aside, never silently dropped).
       unserved_.erase(u);
-      LogLine(LogLevel::kWarning,
-              absl::StrCat("scene store: scene ", id, " is gone: its file was removed"));
+      unserved_count_.store(unserved_.size(), std::memory_order_relaxed);
+      if (absl::IsNotFound(st)) {
+        LogLine(LogLevel::kWarning,
+                absl::StrCat("scene store: scene ", id, " is gone: its file was removed"));
+      } else {
+        LogLine(LogLevel::kError, absl::StrCat("scene store: cannot load ", path, ": ",
+                                               st.ToString(), "; moved aside to .damaged"));
+        std::error_code ec;
+        std::filesystem::rename(path, path + ".damaged", ec);
+      }
       continue;
     }
     const std::string why(st.message());
@@ -539,6 +572,7 @@ std::size_t SceneStore::RetryUnserved(absl::Duration min_delay,
               absl::StrCat("scene store: scene ", id, " is still not served: ", why));
       u->second.why = why;
     }
+    u->second.failed_part = failed_part;
     u->second.delay =
         std::clamp(2 * u->second.delay, min_delay, std::max(min_delay, absl::Hours(1)));
     u->second.next_try = absl::Now() + u->second.delay;

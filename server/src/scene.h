@@ -2,6 +2,7 @@
 // bounds, named groups, and a cache of pair results that survives moves of other instances.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -146,13 +147,20 @@ class SceneStore {
   /// The scene's lock for a read, likewise (DEADLINE_EXCEEDED when an edit still holds it).
   [[nodiscard]] absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> LockForRead(
       const Scene& scene, absl::Time deadline) const;
+  /// LockForWrite and LockForRead of the scene served under *scene's id: when it was served
+  /// again while this waited, *scene becomes the object served now, whose lock is taken
+  /// instead (never ABORTED). What request handlers use.
+  [[nodiscard]] absl::StatusOr<std::unique_lock<std::shared_timed_mutex>> LockCurrentForWrite(
+      std::shared_ptr<Scene>* scene, absl::Time deadline) const;
+  [[nodiscard]] absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> LockCurrentForRead(
+      std::shared_ptr<Scene>* scene, absl::Time deadline) const;
 
   /// Writes the scene (hold its mu). On failure the in-memory scene is restored from its file,
   /// so memory never runs ahead of the disk; when that read fails too, the scene is not served
-  /// (FAILED_PRECONDITION, until a start reads its file). NOT_FOUND for a deleted scene
-  /// (nothing written), RESOURCE_EXHAUSTED when the file would pass the 1 GiB that Open reads,
-  /// and `grows`'s error when it refuses a file larger than the one on disk (a new scene's file
-  /// grows by all of its bytes).
+  /// (FAILED_PRECONDITION, until RetryUnserved or a start reads its file). NOT_FOUND for a deleted
+  /// scene (nothing written), RESOURCE_EXHAUSTED when the file would pass the 1 GiB that Open
+  /// reads, and `grows`'s error when it refuses a file larger than the one on disk (a new scene's
+  /// file grows by all of its bytes).
   [[nodiscard]] absl::Status Commit(Scene& scene, const GrowthCheck& grows = nullptr);
 
   /// Reads again each scene kept but not served whose turn has come, and serves those that
@@ -175,6 +183,9 @@ class SceneStore {
   /// LockForWrite (`Lock` std::unique_lock) and LockForRead (std::shared_lock).
   template <typename Lock>
   [[nodiscard]] absl::StatusOr<Lock> LockScene(const Scene& scene, absl::Time deadline) const;
+  template <typename Lock>
+  [[nodiscard]] absl::StatusOr<Lock> LockCurrent(std::shared_ptr<Scene>* scene,
+                                                 absl::Time deadline) const;
 
   std::string dir_;
   PartStore* parts_;
@@ -185,12 +196,14 @@ class SceneStore {
     std::string why;
     absl::Time next_try = absl::InfinitePast();   ///< RetryUnserved's next read of it.
     absl::Duration delay = absl::ZeroDuration();  ///< Its wait after the last failed read.
+    std::string failed_part;  ///< The part that did not load then: once it is in memory, now.
   };
   /// Marks a scene not served (hold mu_).
   void KeepUnserved(const std::string& id, std::string why);
 
-  std::map<std::string, Unserved> unserved_;  // id -> why and when to try again
-  std::mutex retry_mu_;                       // one RetryUnserved at a time
+  std::map<std::string, Unserved> unserved_;    // id -> why and when to try again
+  std::atomic<std::size_t> unserved_count_{0};  // its size, read without mu_ (metrics)
+  std::mutex retry_mu_;                         // one RetryUnserved at a time
 };
 
 }  // namespace clash::server

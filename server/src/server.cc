@@ -535,9 +535,9 @@ struct ClashServer::Impl {
                           v1::Scene* response) override {
       return impl_->Serve(ctx, "GetScene", [&](Tenant& t) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(request->scene_id()));
-        CLASH_ASSIGN_OR_RETURN(
-            std::shared_lock<std::shared_timed_mutex> lock,
-            t.scenes().LockForRead(*scene, CallDeadline(ctx, impl_->config.max_query_seconds)));
+        CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> lock,
+                               t.scenes().LockCurrentForRead(
+                                   &scene, CallDeadline(ctx, impl_->config.max_query_seconds)));
         scene->ToProto(response);
         return absl::OkStatus();
       });
@@ -551,13 +551,7 @@ struct ClashServer::Impl {
         for (std::size_t i = 0; i < scenes.size() && i < n; ++i) {
           std::shared_ptr<Scene> scene = scenes[i];
           absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> lock =
-              t.scenes().LockForRead(*scene, deadline);
-          if (absl::IsAborted(lock.status())) {  // served again meanwhile: as it is now
-            absl::StatusOr<std::shared_ptr<Scene>> now = t.scenes().Get(scene->id());
-            if (!now.ok()) continue;
-            scene = *std::move(now);
-            lock = t.scenes().LockForRead(*scene, deadline);
-          }
+              t.scenes().LockCurrentForRead(&scene, deadline);
           if (absl::IsDeadlineExceeded(lock.status())) return lock.status();
           if (!lock.ok()) continue;  // deleted, or no longer served, meanwhile
           scene->ToProto(response->add_scenes());
@@ -588,9 +582,9 @@ struct ClashServer::Impl {
         if (!request->page_token().empty() && !absl::SimpleAtoi(request->page_token(), &after)) {
           return absl::InvalidArgumentError("malformed page_token");
         }
-        CLASH_ASSIGN_OR_RETURN(
-            std::shared_lock<std::shared_timed_mutex> lock,
-            t.scenes().LockForRead(*scene, CallDeadline(ctx, impl_->config.max_query_seconds)));
+        CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> lock,
+                               t.scenes().LockCurrentForRead(
+                                   &scene, CallDeadline(ctx, impl_->config.max_query_seconds)));
         std::size_t count = 0;
         for (auto it = scene->instances.upper_bound(after); it != scene->instances.end(); ++it) {
           if (count == n) {
@@ -775,7 +769,7 @@ struct ClashServer::Impl {
     CLASH_ASSIGN_OR_RETURN(QuerySlot slot, AcquireQuerySlot(t, stop));
     CLASH_RETURN_IF_ERROR(stop());
     CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> lock,
-                           t.scenes().LockForRead(*scene, deadline));
+                           t.scenes().LockCurrentForRead(&scene, deadline));
     return fn(*scene, stop);
   }
 
@@ -815,7 +809,7 @@ struct ClashServer::Impl {
     if (grows) CLASH_RETURN_IF_ERROR(t.CheckStorage(0).status());
     CLASH_ASSIGN_OR_RETURN(
         std::unique_lock<std::shared_timed_mutex> lock,
-        t.scenes().LockForWrite(*scene, CallDeadline(ctx, config.max_query_seconds)));
+        t.scenes().LockCurrentForWrite(&scene, CallDeadline(ctx, config.max_query_seconds)));
     CLASH_RETURN_IF_ERROR(edit(*scene));
     scene->Touch();
     Tenant::StorageReservation room;  // held until the file is written
@@ -866,6 +860,8 @@ struct ClashServer::Impl {
   std::atomic<bool> draining{false};
   std::mutex shutdown_mu;
   bool shut_down = false;
+  std::atomic<bool> retry_stopping{false};  // the retries of unserved scenes end
+  std::atomic<double> last_unserved{0};     // the gauge's last count
   // Tries the scenes kept but not served again (declared last: stopped before what it uses).
   std::optional<Periodic> unserved_retry;
 };
@@ -1302,8 +1298,14 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   impl->metrics.AddGauge(
       "clashd_scenes_unserved",
       "Scenes kept on disk but not served (a part or the file does not load); retried.", [raw] {
+        // (Not waiting for the registry, which a tenant's opening holds: the last count then.)
+        std::optional<std::vector<std::shared_ptr<Tenant>>> open = raw->tenants->OpenedIfFree();
+        if (!open) return raw->last_unserved.load();
         double n = 0;
-        for (const std::shared_ptr<Tenant>& t : raw->tenants->Opened()) n += t->scenes().unserved();
+        for (const std::shared_ptr<Tenant>& t : *open) {
+          n += static_cast<double>(t->scenes().unserved());
+        }
+        raw->last_unserved.store(n);
         return n;
       });
   impl->metrics.AddGauge("clashd_import_running", "Imports (worker processes) running.",
@@ -1369,11 +1371,15 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                            MetricsHttpServer::Start(config.metrics_listen, &impl->metrics));
   }
   if (config.unserved_scene_retry_seconds > 0) {
-    // A read builds the parts its scene names: on a query slot nobody waits for, or later.
-    const absl::Duration period = absl::Seconds(config.unserved_scene_retry_seconds);
+    // Each part a read builds goes on a query slot nobody waits for (a pass stops when none is
+    // free, or when the server stops), so that it never holds up a query.
+    const absl::Duration period =
+        absl::Seconds(std::max(config.unserved_scene_retry_seconds, kMinUnservedRetrySeconds));
     impl->unserved_retry.emplace(period, [raw, period] {
       for (const std::shared_ptr<Tenant>& t : raw->tenants->Opened()) {
+        if (raw->retry_stopping) return;
         t->scenes().RetryUnserved(period, [raw]() -> std::shared_ptr<void> {
+          if (raw->retry_stopping) return nullptr;
           std::optional<WorkLimiter::Permit> slot = raw->query_limiter.TryAcquireSpare();
           if (!slot) return nullptr;
           return std::make_shared<WorkLimiter::Permit>(std::move(*slot));
@@ -1408,7 +1414,7 @@ void ClashServer::Shutdown() {
   impl_->shut_down = true;
   LogLine(LogLevel::kInfo, "clashd shutting down");
   impl_->health_service.Shutdown();
-  if (impl_->unserved_retry) impl_->unserved_retry->Stop();
+  impl_->retry_stopping = true;  // (its pass ends at its next part or tenant; joined below)
   const auto deadline =
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(impl_->config.shutdown_grace_seconds * 1e3));
@@ -1417,6 +1423,7 @@ void ClashServer::Shutdown() {
   impl_->server->Shutdown(deadline);
   impl_->draining = true;
   impl_->server->Wait();
+  if (impl_->unserved_retry) impl_->unserved_retry->Stop();
   impl_->metrics_http.reset();
   impl_->worker_pool.reset();  // kills and reaps the idle workers
   LogLine(LogLevel::kInfo, "clashd stopped");

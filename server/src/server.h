@@ -92,6 +92,9 @@ struct ServerConfig {
   bool quiet = false;
 };
 
+/// The shortest period of the retries of unserved scenes (a smaller one is taken as this).
+inline constexpr double kMinUnservedRetrySeconds = 0.01;
+
 class ClashServer {
  public:
   /// Opens the stores and starts listening. UNAVAILABLE when the address cannot be bound.

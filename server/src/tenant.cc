@@ -170,6 +170,14 @@ std::vector<std::shared_ptr<Tenant>> TenantRegistry::Opened() {
   return out;
 }
 
+std::optional<std::vector<std::shared_ptr<Tenant>>> TenantRegistry::OpenedIfFree() {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
+  std::vector<std::shared_ptr<Tenant>> out;
+  for (const auto& [name, tenant] : open_) out.push_back(tenant);
+  return out;
+}
+
 absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& name) {
   if (!IsTenantName(name)) return absl::InvalidArgumentError("malformed tenant name");
   std::lock_guard lock(mu_);

@@ -162,6 +162,8 @@ class TenantRegistry {
   [[nodiscard]] const std::string& root() const { return root_; }
   /// The tenants opened so far.
   [[nodiscard]] std::vector<std::shared_ptr<Tenant>> Opened();
+  /// Opened(), or nullopt when a tenant is being opened (without waiting for that).
+  [[nodiscard]] std::optional<std::vector<std::shared_ptr<Tenant>>> OpenedIfFree();
 
  private:
   std::string root_;

@@ -240,11 +240,6 @@ class FakeQueries final : public v1::QueryService::Service {
       if (request->scene_id() == "busy") ctx->AddTrailingMetadata("clash-retryable", "1");
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, "limit"};
     }
-    if (request->scene_id() == "reloaded" || request->scene_id() == "conflict") {
-      // A scene served again while the call waited is marked transient; other ABORTED is not.
-      if (request->scene_id() == "reloaded") ctx->AddTrailingMetadata("clash-retryable", "1");
-      return {grpc::StatusCode::ABORTED, "try again"};
-    }
     *response = r_->interference_answer;
     return grpc::Status::OK;
   }
@@ -536,15 +531,6 @@ TEST_F(ClashctlCli, OnlyATransientResourceExhaustedIsRetried) {
   EXPECT_EQ(record_.calls, 1);
   EXPECT_EQ(Cli({"check", "busy"}).code, kExitError);
   EXPECT_EQ(record_.calls, 1 + 4);  // the client's default attempts
-}
-
-// ABORTED likewise: a scene that clashd served again while the call waited for it is marked
-// transient and retried (the call changed nothing); an unmarked ABORTED is not.
-TEST_F(ClashctlCli, OnlyATransientAbortedIsRetried) {
-  EXPECT_EQ(Cli({"check", "conflict"}).code, kExitError);
-  EXPECT_EQ(record_.calls, 1);
-  EXPECT_EQ(Cli({"check", "reloaded"}).code, kExitError);
-  EXPECT_EQ(record_.calls, 1 + 4);
 }
 
 TEST_F(ClashctlCli, UsageErrorsExitTwoWithoutCallingTheServer) {

@@ -1887,7 +1887,7 @@ TEST_F(ServerTest, ASceneNotServedIsServedAgainOnceItLoads) {
   {
     std::unique_lock lock((*old)->mu);  // an edit, which DeletePart's check then waits for
     check = std::thread([&] { user = stores->scenes->FirstUserOf(part, later); });
-    absl::SleepFor(absl::Milliseconds(200));  // (it waits for the old object's lock by now)
+    absl::SleepFor(absl::Seconds(1));  // (it waits for the old object's lock by now)
     (*old)->name = "renamed";
     (*old)->Touch();
     {
@@ -1913,6 +1913,10 @@ TEST_F(ServerTest, ASceneNotServedIsServedAgainOnceItLoads) {
               StatusIs(absl::StatusCode::kAborted, "try again"));
   EXPECT_THAT(stores->scenes->LockForWrite(**now, later).status(), IsOk());
   ASSERT_EQ(stores->scenes->List("", 10).size(), 1u);
+  // What request handlers take: the lock of the object served now.
+  std::shared_ptr<Scene> held = *old;
+  EXPECT_THAT(stores->scenes->LockCurrentForWrite(&held, later).status(), IsOk());
+  EXPECT_EQ(held, *now);
 
   // A scene that does not load (here its part file is damaged) waits before each next read,
   // twice as long after each failure.
@@ -1942,7 +1946,8 @@ TEST_F(ServerTest, ASceneNotServedIsServedAgainOnceItLoads) {
 
 // clashd tries the scenes it does not serve again by itself: a scene whose part file was
 // damaged is served again once the part is uploaded again (which repairs the file), without a
-// restart; the metrics count the scenes not served.
+// restart, and without waiting out the back-off of its failed tries; the metrics count the
+// scenes not served.
 TEST_F(ServerTest, ClashdServesASceneAgainOnceItsPartIsUploadedAgain) {
   const RawMesh mesh = MakeBox(Vec3(5, 5, 5));
   const std::string box = Upload(mesh, "box");
@@ -1952,18 +1957,19 @@ TEST_F(ServerTest, ClashdServesASceneAgainOnceItsPartIsUploadedAgain) {
   server_.reset();
   { std::ofstream(dir_ + "/data/tenants/local/parts/" + box + ".pb", std::ios::trunc) << "x"; }
   ServerConfig config;
-  config.unserved_scene_retry_seconds = 0.05;
+  config.unserved_scene_retry_seconds = 0.5;
   Start(config);
   EXPECT_THAT(client_->GetScene(scene),
               StatusIs(absl::StatusCode::kFailedPrecondition, "is not served"));
   EXPECT_THAT(FetchMetrics(server_->metrics_port()),
               ::testing::HasSubstr("\nclashd_scenes_unserved 1\n"));
-  absl::SleepFor(absl::Milliseconds(300));  // tried, and still not served
+  // Tried at 0.5, 1, 2 and 4 s, each failing: the next read is due at 8 s.
+  absl::SleepFor(absl::Milliseconds(4500));
   EXPECT_THAT(client_->GetScene(scene),
               StatusIs(absl::StatusCode::kFailedPrecondition, "is not served"));
   EXPECT_EQ(Upload(mesh, "box"), box);
   absl::StatusOr<v1::Scene> got = client_->GetScene(scene);
-  for (int i = 0; i < 200 && !got.ok(); ++i) {  // (tries back off: 0.05 s, 0.1 s, 0.2 s, ...)
+  for (int i = 0; i < 40 && !got.ok(); ++i) {  // the next pass (0.5 s) serves it, not at 8 s
     absl::SleepFor(absl::Milliseconds(50));
     got = client_->GetScene(scene);
   }

@@ -1,8 +1,7 @@
 // The C++ client of clashd: one call per RPC, absl::StatusOr results, a default deadline per
 // kind of call, and retries with exponential backoff for idempotent calls that failed with
-// UNAVAILABLE, or with RESOURCE_EXHAUSTED or ABORTED that the server marked transient (trailing
-// metadata clash-retryable: a full queue, a tenant's concurrency or rate limit, a scene served
-// again while the call waited for it). Listing calls follow
+// UNAVAILABLE, or with RESOURCE_EXHAUSTED that the server marked transient (trailing metadata
+// clash-retryable: a full queue, a tenant's concurrency or rate limit). Listing calls follow
 // every page.
 #pragma once
 
