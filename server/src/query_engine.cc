@@ -128,10 +128,11 @@ double PairTolerance(const v1::Tolerances& tol, const InstanceRec& a, const Inst
 }
 
 // Candidate pairs (ids ordered low, high) whose world boxes, grown by `margin`, overlap: every
-// pair with one instance in A and the other in B (or two in A when B is null). `stop` is asked
-// every 1024 instances or pairs of overridden instances.
+// pair with one instance in A and the other in B (or two in A when B is null). The broad phase
+// is asked about each instance of `walk`, the instances of A or (when B is given) those of B.
+// `stop` is asked every 1024 instances or pairs of overridden instances.
 absl::StatusOr<std::vector<std::pair<const InstanceRec*, const InstanceRec*>>> CandidatePairs(
-    const Scene& scene, const PosedScene& posed, const std::vector<const InstanceRec*>& set_a,
+    const Scene& scene, const PosedScene& posed, const std::vector<const InstanceRec*>& walk,
     const Selection& in_a, const Selection* in_b, double margin, const StopCheck& stop) {
   std::size_t steps = 0;
   const auto step = [&]() -> absl::Status {
@@ -161,7 +162,7 @@ absl::StatusOr<std::vector<std::pair<const InstanceRec*, const InstanceRec*>>> C
     overridden.push_back(rec);
     overridden_boxes.push_back(posed.Get(*rec).box);
   }
-  for (const InstanceRec* a : set_a) {
+  for (const InstanceRec* a : walk) {
     CLASH_RETURN_IF_ERROR(step());
     if (posed.IsOverridden(a->id)) continue;
     scene.tree.Query(a->world_box.Inflated(margin), [&](uint64_t other) {
@@ -455,9 +456,16 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
                          SelectInstances(scene, request.set_a()));
   const Selection in_a = SelectionOf(request.set_a(), set_a);
   Selection in_b;
+  std::vector<const InstanceRec*> set_b;  // listed when it names instances
   if (request.has_set_b()) {
-    CLASH_ASSIGN_OR_RETURN(in_b, Resolve(scene, request.set_b()));
+    if (!SelectsAll(request.set_b())) {
+      CLASH_ASSIGN_OR_RETURN(set_b, SelectInstances(scene, request.set_b()));
+    }
+    in_b = SelectionOf(request.set_b(), set_b);
   }
+  // The broad phase is asked about each instance of the smaller set (a set naming nothing is
+  // every instance): one part dragged against the scene costs one query either way round.
+  const bool walk_b = request.has_set_b() && !in_b.all && set_b.size() < set_a.size();
   std::vector<AllowRule> rules;
   CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, request.allowed(), &rules));
   // The depth each pair must resolve: all of it, or (for the class only) up to the deepest
@@ -483,7 +491,7 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
       ContactTolerance(tol, 2 * scene.max_deflection_mm, scene.max_part_diagonal_mm);
   const double margin = std::max(max_tau, tol.clearance_mm());
   CLASH_ASSIGN_OR_RETURN(const auto candidates,
-                         CandidatePairs(scene, posed, set_a, in_a,
+                         CandidatePairs(scene, posed, walk_b ? set_b : set_a, in_a,
                                         request.has_set_b() ? &in_b : nullptr, margin, stop));
 
   v1::InterferenceResponse response;

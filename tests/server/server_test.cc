@@ -1326,6 +1326,60 @@ TEST_F(ServerTest, ComputeDistanceFindsBoxesTouchingAtAFaceUnderAnyQuarterTurn) 
   }
 }
 
+// Every instance (set_a naming nothing) against a few (set_b): the broad phase is asked about
+// the few, and the answer is brute force's over the pairs with one of them, as with the sets
+// the other way round; an overridden instance among the few takes its override.
+TEST_F(ServerTest, EveryInstanceAgainstAFewMatchesBruteForce) {
+  std::mt19937 rng = testing::SeededRng(11);
+  RandomScene world = MakeRandomScene(rng, testing::Trials(40, 16), 12);
+  const int n = static_cast<int>(world.ids.size());
+  const double tau = 0.05;
+  int clashes = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    std::set<int> few = {static_cast<int>(rng() % n), static_cast<int>(rng() % n)};
+    std::map<int, RigidTransform> overrides;
+    if (trial % 2 == 1) overrides[*few.begin()] = testing::RandomPose(rng, 6);
+    auto pose = [&](int i) {
+      auto it = overrides.find(i);
+      return it == overrides.end() ? world.poses[i] : FromPose(ToPose(it->second));
+    };
+    std::set<std::pair<uint64_t, uint64_t>> want;
+    geom::PairTolerances pt;
+    pt.contact_mm = tau;
+    for (int i : few) {
+      for (int j = 0; j < n; ++j) {
+        if (j == i) continue;
+        const geom::PairClassification pc = geom::ClassifyPair(
+            *world.parts[world.kind[i]], pose(i), *world.parts[world.kind[j]], pose(j), pt);
+        if (pc.cls != geom::ClashClass::kClear) {
+          want.insert(std::minmax(world.ids[i], world.ids[j]));
+        }
+      }
+    }
+    for (const bool few_as_b : {true, false}) {
+      v1::InterferenceRequest req;
+      req.set_scene_id(world.id);
+      req.mutable_tolerances()->set_contact_tolerance_mm(tau);
+      v1::InstanceSelector* side = few_as_b ? req.mutable_set_b() : req.mutable_set_a();
+      for (int i : few) side->add_instance_ids(world.ids[i]);
+      if (!few_as_b) req.mutable_set_b();  // present and empty: every instance
+      for (const auto& [i, X] : overrides) {
+        v1::PoseUpdate* u = req.add_pose_overrides();
+        u->set_instance_id(world.ids[i]);
+        *u->mutable_pose() = ToPose(X);
+      }
+      auto r = client_->CheckInterference(req);
+      ASSERT_THAT(r.status(), IsOk());
+      std::set<std::pair<uint64_t, uint64_t>> got;
+      for (const v1::Clash& c : r->clashes())
+        got.insert(std::minmax(c.instance_a(), c.instance_b()));
+      EXPECT_EQ(got, want) << "trial " << trial << (few_as_b ? ", few as set_b" : ", few as set_a");
+    }
+    clashes += static_cast<int>(want.size());
+  }
+  EXPECT_GE(clashes, 6);  // (not vacuous)
+}
+
 // Random scenes: CheckInterference (broad phase + cache + overrides) equals ClassifyPair over
 // every pair; ComputeDistance equals the minimum of Distance over every pair; PickRays equals
 // the nearest CastRay over every instance.
