@@ -63,6 +63,13 @@ absl::StatusOr<WorkLimiter::Permit> WorkLimiter::Acquire(
   return Permit(this);
 }
 
+std::optional<WorkLimiter::Permit> WorkLimiter::TryAcquire() {
+  std::lock_guard lock(mu_);
+  if (running_ >= slots_ || waiting_ > 0) return std::nullopt;
+  ++running_;
+  return Permit(this);
+}
+
 std::optional<WorkLimiter::Permit> WorkLimiter::TryAcquireSpare() {
   std::lock_guard lock(mu_);
   if (running_ >= slots_ || waiting_ > 0) return std::nullopt;

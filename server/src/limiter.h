@@ -50,6 +50,10 @@ class WorkLimiter {
   /// soon as someone waits, so it never turns a caller away.
   [[nodiscard]] absl::StatusOr<Permit> Acquire(const std::function<absl::Status()>& stop);
 
+  /// A slot when one is free and nobody waits for one; nullopt otherwise (never waits): for
+  /// background work that should not queue before callers.
+  [[nodiscard]] std::optional<Permit> TryAcquire();
+
   /// A spare slot for a helper of a running query (QueryHelpers): when one is free and nobody
   /// waits for one; nullopt otherwise (never waits). Its holder must give it back soon after
   /// waiting() turns positive.

@@ -492,7 +492,8 @@ void SceneStore::KeepUnserved(const std::string& id, std::string why) {
 std::size_t SceneStore::unserved() const { return unserved_count_.load(std::memory_order_relaxed); }
 
 std::size_t SceneStore::RetryUnserved(absl::Duration min_delay,
-                                      const std::function<std::shared_ptr<void>()>& slot) {
+                                      const std::function<std::shared_ptr<void>()>& slot,
+                                      const std::function<bool()>& stop) {
   std::lock_guard retry(retry_mu_);  // no two reads of one scene race to serve it
   std::vector<std::string> due;
   {
@@ -507,11 +508,13 @@ std::size_t SceneStore::RetryUnserved(absl::Duration min_delay,
   }
   std::size_t served = 0;
   for (const std::string& id : due) {
+    if (stop && stop()) break;
     // Read without the store's lock. Only a served scene's Commit writes its file, and this
     // one is not served: what is read is its last state stored, unless Delete removes it
     // meanwhile, which the check under the lock below sees.
     const std::string path = ScenePath(id);
     std::string failed_part;
+    absl::Status part_failure;  // why failed_part did not load
     // Its parts first, each not in memory yet built on a slot of its own (`slot`): the read
     // holds none for the whole scene, and a pass stops as soon as a query waits.
     bool postponed = false;
@@ -527,18 +530,21 @@ std::size_t SceneStore::RetryUnserved(absl::Duration min_delay,
             postponed = true;
             break;
           }
-          if (!parts_->Get(si.part_id()).ok()) {
+          if (absl::Status got = parts_->Get(si.part_id()).status(); !got.ok()) {
             failed_part = si.part_id();
-            break;  // (Load below says why)
+            part_failure = absl::UnavailableError(
+                absl::StrCat("part ", si.part_id(), " of instance ", si.instance_id(),
+                             " does not load: ", got.message()));  // (as Load says it)
+            break;
           }
         }
       }
     }
     if (postponed) break;  // no room now: at the next call, with no wait added
-    // (A part that did not load above fails here again, saying why as at a start.)
+    // Load builds nothing now (every part is in memory), unless a part did not load: then it is
+    // not called (it would build the others without a slot).
     auto scene = std::make_shared<Scene>(id);
-    const absl::Status st = Load(path, *scene);
-    if (st.ok()) failed_part.clear();
+    const absl::Status st = failed_part.empty() ? Load(path, *scene) : part_failure;
     std::lock_guard lock(mu_);
     auto u = unserved_.find(id);
     if (u == unserved_.end()) continue;  // deleted meanwhile

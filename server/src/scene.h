@@ -167,12 +167,17 @@ class SceneStore {
   /// load now (their parts load: a damaged part uploaded again, a file readable again); returns
   /// how many. A scene that still does not load waits `min_delay` before its next try, then
   /// twice as long after each failure, up to an hour; its reason is logged when it changes.
-  /// A scene served again is a new object: calls that hold the old one get ABORTED from its
-  /// lock. clashd calls this every --unserved-scene-retry-seconds; one call runs at a time.
-  /// `slot` (optional) is asked before each scene is read, which builds the parts it names:
-  /// what it returns is held during the read, and null postpones the rest to the next call.
+  /// A scene served again is a new object: calls that hold the old one get ABORTED from
+  /// LockForRead/LockForWrite (LockCurrentForRead/Write take the new one's lock instead).
+  /// A scene whose part did not load at its last try is tried at once when that part is in
+  /// memory again (uploaded again). A file that no longer parses is moved aside as in Open.
+  /// clashd calls this every --unserved-scene-retry-seconds; one call runs at a time.
+  /// `slot` (optional) is asked before each part not in memory is built: what it returns is held
+  /// during that build, and null postpones the rest to the next call (no wait added); `stop`
+  /// (optional) ends the call before the next scene when it returns true.
   std::size_t RetryUnserved(absl::Duration min_delay,
-                            const std::function<std::shared_ptr<void>()>& slot = nullptr);
+                            const std::function<std::shared_ptr<void>()>& slot = nullptr,
+                            const std::function<bool()>& stop = nullptr);
   /// Scenes kept but not served.
   [[nodiscard]] std::size_t unserved() const;
 

@@ -1371,19 +1371,23 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                            MetricsHttpServer::Start(config.metrics_listen, &impl->metrics));
   }
   if (config.unserved_scene_retry_seconds > 0) {
-    // Each part a read builds goes on a query slot nobody waits for (a pass stops when none is
-    // free, or when the server stops), so that it never holds up a query.
+    // Each part a read builds takes a query slot when one is free and nobody waits for one (a
+    // pass stops when none is, or when the server stops): a query that comes meanwhile waits
+    // for at most that one part's build.
     const absl::Duration period =
         absl::Seconds(std::max(config.unserved_scene_retry_seconds, kMinUnservedRetrySeconds));
     impl->unserved_retry.emplace(period, [raw, period] {
+      const auto stopping = [raw] { return raw->retry_stopping.load(); };
       for (const std::shared_ptr<Tenant>& t : raw->tenants->Opened()) {
-        if (raw->retry_stopping) return;
-        t->scenes().RetryUnserved(period, [raw]() -> std::shared_ptr<void> {
-          if (raw->retry_stopping) return nullptr;
-          std::optional<WorkLimiter::Permit> slot = raw->query_limiter.TryAcquireSpare();
-          if (!slot) return nullptr;
-          return std::make_shared<WorkLimiter::Permit>(std::move(*slot));
-        });
+        if (stopping()) return;
+        t->scenes().RetryUnserved(
+            period,
+            [raw]() -> std::shared_ptr<void> {
+              std::optional<WorkLimiter::Permit> slot = raw->query_limiter.TryAcquire();
+              if (!slot) return nullptr;
+              return std::make_shared<WorkLimiter::Permit>(std::move(*slot));
+            },
+            stopping);
       }
     });
   }
