@@ -130,13 +130,13 @@ double PairTolerance(const v1::Tolerances& tol, const InstanceRec& a, const Inst
 // Candidate pairs (ids ordered low, high) whose world boxes, grown by `margin`, overlap: every
 // pair with one instance in A and the other in B (or two in A when B is null). The broad phase
 // is asked about each instance of `walk`, the instances of A or (when B is given) those of B.
-// `stop` is asked every 1024 instances or pairs of overridden instances.
+// `stop` (may be empty) is asked every 1024 instances or pairs of overridden instances.
 absl::StatusOr<std::vector<std::pair<const InstanceRec*, const InstanceRec*>>> CandidatePairs(
     const Scene& scene, const PosedScene& posed, const std::vector<const InstanceRec*>& walk,
     const Selection& in_a, const Selection* in_b, double margin, const StopCheck& stop) {
   std::size_t steps = 0;
   const auto step = [&]() -> absl::Status {
-    return (++steps & 1023) == 0 ? stop() : absl::OkStatus();
+    return (++steps & 1023) == 0 && stop ? stop() : absl::OkStatus();
   };
   absl::flat_hash_set<std::pair<uint64_t, uint64_t>> seen;
   std::vector<std::pair<const InstanceRec*, const InstanceRec*>> out;

@@ -3017,6 +3017,43 @@ TEST_F(ServerTest, ACheckStoppedPartWayKeepsItsFinishedPairs) {
   EXPECT_LT(again->summary().cached_pairs(), again->summary().candidate_pairs());
 }
 
+// Listing the candidate pairs of a large scene asks the stop check (every 1024 instances), and
+// a query without one (nullptr, as in process) runs.
+TEST_F(ServerTest, ListingCandidatePairsAsksTheStopCheck) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene_id = NewScene();
+  v1::AddInstancesRequest add;
+  add.set_scene_id(scene_id);
+  for (int i = 0; i < 2100; ++i) {  // 5 mm apart: no pair
+    v1::PartPlacement* p = add.add_parts();
+    p->set_part_id(box);
+    p->set_path("b" + std::to_string(i));
+    *p->mutable_pose() =
+        ToPose(RigidTransform::Translation(Vec3(5.0 * (i % 50), 5.0 * (i / 50), 0)));
+  }
+  ASSERT_THAT(client_->AddInstances(add).status(), IsOk());
+  client_.reset();
+  server_.reset();
+  auto stores = OpenStores();
+  ASSERT_THAT(stores.status(), IsOk());
+  auto scene = stores->scenes->Get(scene_id);
+  ASSERT_THAT(scene.status(), IsOk());
+  std::shared_lock lock((*scene)->mu);
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene_id);
+  int checks = 0;
+  const StopCheck stop = [&]() -> absl::Status {
+    ++checks;
+    return absl::CancelledError("stop");
+  };
+  EXPECT_THAT(RunInterference(**scene, req, stop).status(),
+              StatusIs(absl::StatusCode::kCancelled, "stop"));
+  EXPECT_EQ(checks, 1);
+  const auto all = RunInterference(**scene, req, nullptr);
+  ASSERT_THAT(all.status(), IsOk());
+  EXPECT_EQ(all->summary().candidate_pairs(), 0u);
+}
+
 TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
   NewScene();
   const std::string body = FetchMetrics(server_->metrics_port());
