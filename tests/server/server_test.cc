@@ -267,6 +267,20 @@ class ServerTest : public ::testing::Test {
     return out;
   }
 
+  // The server stopped and the local tenant's stores opened, with the scene as a query finds
+  // it (the caller takes its lock).
+  struct OpenedScene {
+    Stores stores;
+    std::shared_ptr<Scene> scene;
+  };
+  absl::StatusOr<OpenedScene> StopAndOpen(const std::string& scene_id) {
+    client_.reset();
+    server_.reset();
+    CLASH_ASSIGN_OR_RETURN(Stores stores, OpenStores());
+    CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, stores.scenes->Get(scene_id));
+    return OpenedScene{std::move(stores), std::move(scene)};
+  }
+
   // A new scene of `count` cylinders crowded about the origin: for 90, ~4000 crossing pairs, a
   // check that takes far longer than a client needs to cancel it or a short deadline to expire.
   std::string CrowdedCylinders(uint32_t seed, int count = 90) {
@@ -2996,22 +3010,19 @@ TEST_F(ServerTest, ACheckStoppedPartWayKeepsItsFinishedPairs) {
   // 40 cylinders (~800 crossing pairs): the second check runs them all, which under the
   // sanitizers' Debug build took longer than the test's 300 s with 90.
   const std::string scene_id = CrowdedCylinders(37, 40);
-  client_.reset();
-  server_.reset();
-  auto stores = OpenStores();
-  ASSERT_THAT(stores.status(), IsOk());
-  auto scene = stores->scenes->Get(scene_id);
-  ASSERT_THAT(scene.status(), IsOk());
-  std::shared_lock lock((*scene)->mu);
+  auto opened = StopAndOpen(scene_id);
+  ASSERT_THAT(opened.status(), IsOk());
+  const Scene& scene = *opened->scene;
+  std::shared_lock lock(scene.mu);
   v1::InterferenceRequest req;
   req.set_scene_id(scene_id);
   int checks = 0;
   const StopCheck stop = [&]() -> absl::Status {
     return ++checks > 64 + 200 ? absl::CancelledError("stop") : absl::OkStatus();
   };
-  EXPECT_THAT(RunInterference(**scene, req, stop).status(),
+  EXPECT_THAT(RunInterference(scene, req, stop).status(),
               StatusIs(absl::StatusCode::kCancelled, "stop"));
-  const auto again = RunInterference(**scene, req, nullptr);
+  const auto again = RunInterference(scene, req, nullptr);
   ASSERT_THAT(again.status(), IsOk());
   EXPECT_GE(again->summary().cached_pairs(), 150u);
   EXPECT_LT(again->summary().cached_pairs(), again->summary().candidate_pairs());
@@ -3032,13 +3043,10 @@ TEST_F(ServerTest, ListingCandidatePairsAsksTheStopCheck) {
         ToPose(RigidTransform::Translation(Vec3(5.0 * (i % 50), 5.0 * (i / 50), 0)));
   }
   ASSERT_THAT(client_->AddInstances(add).status(), IsOk());
-  client_.reset();
-  server_.reset();
-  auto stores = OpenStores();
-  ASSERT_THAT(stores.status(), IsOk());
-  auto scene = stores->scenes->Get(scene_id);
-  ASSERT_THAT(scene.status(), IsOk());
-  std::shared_lock lock((*scene)->mu);
+  auto opened = StopAndOpen(scene_id);
+  ASSERT_THAT(opened.status(), IsOk());
+  const Scene& scene = *opened->scene;
+  std::shared_lock lock(scene.mu);
   v1::InterferenceRequest req;
   req.set_scene_id(scene_id);
   int checks = 0;
@@ -3046,10 +3054,10 @@ TEST_F(ServerTest, ListingCandidatePairsAsksTheStopCheck) {
     ++checks;
     return absl::CancelledError("stop");
   };
-  EXPECT_THAT(RunInterference(**scene, req, stop).status(),
+  EXPECT_THAT(RunInterference(scene, req, stop).status(),
               StatusIs(absl::StatusCode::kCancelled, "stop"));
   EXPECT_EQ(checks, 1);
-  const auto all = RunInterference(**scene, req, nullptr);
+  const auto all = RunInterference(scene, req, nullptr);
   ASSERT_THAT(all.status(), IsOk());
   EXPECT_EQ(all->summary().candidate_pairs(), 0u);
 }
