@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,6 +22,8 @@
 #include "clash/geom/query.h"
 #include "clash/geom/status_macros.h"
 #include "convert.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "parallel.h"
 
 namespace clash::server {
@@ -224,16 +228,44 @@ int ClassRank(v1::ClashClass c) {
   }
 }
 
-absl::StatusOr<std::pair<uint64_t, std::size_t>> ParsePageToken(const std::string& token) {
-  if (token.empty()) return std::pair<uint64_t, std::size_t>{0, 0};
-  std::vector<std::string> parts = absl::StrSplit(token, ':');
+// A page token names the scene version, the offset of the page's first clash and a
+// fingerprint of the request it continues (every field but the page's own), so that a token
+// given with another request (other sets, tolerances, rules or overrides) is refused rather
+// than answered with a page of another list.
+struct PageToken {
   uint64_t version = 0;
   std::size_t offset = 0;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &version) ||
-      !absl::SimpleAtoi(parts[1], &offset)) {
+  uint64_t fingerprint = 0;
+};
+
+// Stable across runs of one build (std::hash of bytes), so a token outlives a restart.
+uint64_t RequestFingerprint(const v1::InterferenceRequest& request) {
+  v1::InterferenceRequest key = request;
+  key.clear_page_token();
+  key.clear_page_size();
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    key.SerializeToCodedStream(&coded);
+  }
+  return std::hash<std::string_view>{}(bytes);
+}
+
+std::string FormatPageToken(const PageToken& t) {
+  return absl::StrCat(t.version, ":", t.offset, ":", absl::Hex(t.fingerprint));
+}
+
+absl::StatusOr<PageToken> ParsePageToken(const std::string& token) {
+  PageToken t;
+  if (token.empty()) return t;
+  std::vector<std::string> parts = absl::StrSplit(token, ':');
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &t.version) ||
+      !absl::SimpleAtoi(parts[1], &t.offset) || !absl::SimpleHexAtoi(parts[2], &t.fingerprint)) {
     return absl::InvalidArgumentError("malformed page_token");
   }
-  return std::pair{version, offset};
+  return t;
 }
 
 // The two ends of a pair in the order answers use (by path), with their witnesses (world
@@ -445,11 +477,19 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   if (request.page_size() < 0) return absl::InvalidArgumentError("page_size must be >= 0");
   const std::size_t page_size =
       request.page_size() == 0 ? 1000 : std::min(request.page_size(), 10000);
-  CLASH_ASSIGN_OR_RETURN(auto token, ParsePageToken(request.page_token()));
-  if (!request.page_token().empty() && token.first != scene.version) {
-    return absl::FailedPreconditionError(absl::StrCat("page_token is from scene version ",
-                                                      token.first, "; the scene is now at ",
-                                                      scene.version, ": start again"));
+  CLASH_ASSIGN_OR_RETURN(const PageToken token, ParsePageToken(request.page_token()));
+  const uint64_t fingerprint = RequestFingerprint(request);
+  if (!request.page_token().empty()) {
+    if (token.version != scene.version) {
+      return absl::FailedPreconditionError(absl::StrCat("page_token is from scene version ",
+                                                        token.version, "; the scene is now at ",
+                                                        scene.version, ": start again"));
+    }
+    if (token.fingerprint != fingerprint) {
+      return absl::InvalidArgumentError(
+          "page_token is from another request: every field but page_size and page_token must "
+          "be as in the request that gave it");
+    }
   }
   CLASH_ASSIGN_OR_RETURN(PosedScene posed, PosedScene::Make(scene, request.pose_overrides()));
   CLASH_ASSIGN_OR_RETURN(std::vector<const InstanceRec*> set_a,
@@ -641,10 +681,12 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     if (p.path_a() != q.path_a()) return p.path_a() < q.path_a();
     return p.path_b() < q.path_b();
   });
-  const std::size_t begin = std::min(token.second, clashes.size());
+  const std::size_t begin = std::min(token.offset, clashes.size());
   const std::size_t end = std::min(begin + page_size, clashes.size());
   for (std::size_t i = begin; i < end; ++i) *response.add_clashes() = std::move(clashes[i]);
-  if (end < clashes.size()) response.set_next_page_token(absl::StrCat(scene.version, ":", end));
+  if (end < clashes.size()) {
+    response.set_next_page_token(FormatPageToken({scene.version, end, fingerprint}));
+  }
   response.set_scene_version(scene.version);
   *response.mutable_tolerances() = tol;
   response.set_depth_estimate(estimate);

@@ -1704,18 +1704,38 @@ TEST_F(ServerTest, PagesFollowTheSceneVersion) {
   std::set<std::string> ids;
   for (const v1::Clash& c : all->clashes()) ids.insert(c.clash_id());
   EXPECT_EQ(ids.size(), 6u);
-  // A page token from before a change is refused.
   auto stub = v1::QueryService::NewStub(server_->grpc_server()->InProcessChannel({}));
   grpc::ClientContext ctx;
   v1::InterferenceResponse first;
   ASSERT_TRUE(stub->CheckInterference(&ctx, req, &first).ok());
   ASSERT_FALSE(first.next_page_token().empty());
+  // The token continues only the request that gave it: another page size goes on from the
+  // same clash; other tolerances (a list of other clashes) are refused, as is a token changed.
+  const auto next = [&](const v1::InterferenceRequest& r) {
+    grpc::ClientContext c;
+    v1::InterferenceResponse out;
+    const grpc::Status s = stub->CheckInterference(&c, r, &out);
+    return std::pair{s.error_code(), out};
+  };
+  v1::InterferenceRequest again = req;
+  again.set_page_token(first.next_page_token());
+  again.set_page_size(10);
+  auto [code, rest] = next(again);
+  ASSERT_EQ(code, grpc::StatusCode::OK);
+  ASSERT_EQ(rest.clashes_size(), 4);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(rest.clashes(k).clash_id(), all->clashes(k + 2).clash_id());
+  EXPECT_TRUE(rest.next_page_token().empty());
+  again.mutable_tolerances()->set_clearance_mm(0.5);
+  EXPECT_EQ(next(again).first, grpc::StatusCode::INVALID_ARGUMENT);
+  again = req;
+  again.set_page_token(first.next_page_token() + "0");
+  EXPECT_EQ(next(again).first, grpc::StatusCode::INVALID_ARGUMENT);
+  again.set_page_token("2:2");  // the form before tokens named their request
+  EXPECT_EQ(next(again).first, grpc::StatusCode::INVALID_ARGUMENT);
+  // A page token from before a change is refused.
   Place(scene, box, RigidTransform::Translation(Vec3(50, 0, 0)), "late");
   req.set_page_token(first.next_page_token());
-  grpc::ClientContext ctx2;
-  v1::InterferenceResponse second;
-  EXPECT_EQ(stub->CheckInterference(&ctx2, req, &second).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(next(req).first, grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(ServerTest, ExpiredDeadlineIsDeadlineExceeded) {
