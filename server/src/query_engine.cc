@@ -314,7 +314,7 @@ double ContactTolerance(const v1::Tolerances& tol, double deflection_sum, double
 
 absl::Status ResolveAllowRules(
     const Scene& scene, const google::protobuf::RepeatedPtrField<v1::AllowedInterference>& in,
-    std::vector<AllowRule>* out) {
+    AllowRules* out) {
   if (in.size() > kMaxAllowRules) {
     return absl::ResourceExhaustedError(
         absl::StrCat(in.size(), " allowed-interference rules; at most ", kMaxAllowRules));
@@ -357,7 +357,7 @@ absl::Status ResolveAllowRules(
                                                      "': max_depth_mm must be finite and >= 0"));
     }
     rule.max_depth_mm = r.max_depth_mm();
-    out->push_back(std::move(rule));
+    out->Add(std::move(rule));
   }
   return absl::OkStatus();
 }
@@ -372,6 +372,55 @@ bool AllowRule::Covers(uint64_t x, uint64_t y, v1::ClashClass cls, double depth_
   if (!CoversPair(x, y)) return false;
   if (!classes.empty() && !classes.contains(cls)) return false;
   return !(cls == v1::HARD && max_depth_mm > 0 && depth_mm > max_depth_mm);
+}
+
+void AllowRules::Add(AllowRule rule) {
+  const auto index = static_cast<uint32_t>(rules_.size());
+  const auto list = [&](const absl::flat_hash_set<uint64_t>& ids) {
+    for (uint64_t id : ids) {
+      std::vector<uint32_t>& of = by_instance_[id];
+      if (of.empty() || of.back() != index) of.push_back(index);
+    }
+  };
+  // A pair the rule covers has an end in each named set (in a, when pairs are within a).
+  const bool a_named = !rule.a_all;
+  const bool b_named = !rule.pairs_within_a && !rule.b_all;
+  if (a_named) list(rule.a);
+  if (b_named) list(rule.b);
+  if (!a_named && !b_named) every_.push_back(index);
+  rules_.push_back(std::move(rule));
+}
+
+template <typename Pred>
+const AllowRule* AllowRules::First(uint64_t x, uint64_t y, const Pred& covers) const {
+  static const std::vector<uint32_t> kNone;
+  const auto of = [&](uint64_t id) -> const std::vector<uint32_t>& {
+    auto it = by_instance_.find(id);
+    return it == by_instance_.end() ? kNone : it->second;
+  };
+  // The three ascending lists, merged: the first rule in request order that covers the pair.
+  const std::vector<uint32_t>* lists[3] = {&of(x), x == y ? &kNone : &of(y), &every_};
+  std::size_t at[3] = {0, 0, 0};
+  for (;;) {
+    uint32_t next = std::numeric_limits<uint32_t>::max();
+    for (int k = 0; k < 3; ++k) {
+      if (at[k] < lists[k]->size()) next = std::min(next, (*lists[k])[at[k]]);
+    }
+    if (next == std::numeric_limits<uint32_t>::max()) return nullptr;
+    for (int k = 0; k < 3; ++k) {
+      if (at[k] < lists[k]->size() && (*lists[k])[at[k]] == next) ++at[k];
+    }
+    if (covers(rules_[next])) return &rules_[next];
+  }
+}
+
+const AllowRule* AllowRules::FirstCoveringPair(uint64_t x, uint64_t y) const {
+  return First(x, y, [&](const AllowRule& r) { return r.CoversPair(x, y); });
+}
+
+const AllowRule* AllowRules::FirstCovering(uint64_t x, uint64_t y, v1::ClashClass cls,
+                                           double depth_mm) const {
+  return First(x, y, [&](const AllowRule& r) { return r.Covers(x, y, cls, depth_mm); });
 }
 
 std::string ClashId(const std::string& path_a, const std::string& path_b) {
@@ -506,7 +555,7 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   // The broad phase is asked about each instance of the smaller set (a set naming nothing is
   // every instance): one part dragged against the scene costs one query either way round.
   const bool walk_b = request.has_set_b() && !in_b.all && set_b.size() < set_a.size();
-  std::vector<AllowRule> rules;
+  AllowRules rules;
   CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, request.allowed(), &rules));
   // The depth each pair must resolve: all of it, or (for the class only) up to the deepest
   // limit of a rule, so that every rule covers what it would with the full depth.
@@ -519,7 +568,9 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     case v1::DEPTH_ESTIMATE_CLASS_ONLY:
       estimate = v1::DEPTH_ESTIMATE_CLASS_ONLY;
       depth_cap_mm = 0;
-      for (const AllowRule& rule : rules) depth_cap_mm = std::max(depth_cap_mm, rule.max_depth_mm);
+      for (const AllowRule& rule : rules.rules()) {
+        depth_cap_mm = std::max(depth_cap_mm, rule.max_depth_mm);
+      }
       break;
     default:
       return absl::InvalidArgumentError(
@@ -588,12 +639,10 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     c.set_intersections_truncated(pc.intersections_truncated);
     c.set_uncertain(pc.uncertain);
     c.set_contact_tolerance_mm(pt.contact_mm);
-    for (const AllowRule& rule : rules) {
-      if (rule.Covers(e.a->id, e.b->id, c.clash_class(), c.depth_mm())) {
-        c.set_suppressed(true);
-        c.set_suppressed_by(rule.name);
-        break;
-      }
+    if (const AllowRule* rule =
+            rules.FirstCovering(e.a->id, e.b->id, c.clash_class(), c.depth_mm())) {
+      c.set_suppressed(true);
+      c.set_suppressed_by(rule->name);
     }
     if (c.suppressed()) {
       summary->set_suppressed(summary->suppressed() + 1);

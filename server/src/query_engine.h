@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "clash/v1/queries.pb.h"
@@ -55,11 +56,38 @@ struct AllowRule {
 inline constexpr int kMaxAllowRules = 10'000;
 inline constexpr std::size_t kMaxAllowRuleInstances = std::size_t{1} << 22;
 
+/// Resolved rules in request order, indexed by the instances they name: finding the rule of a
+/// pair looks at the rules naming either end and those naming every instance, not at every
+/// rule (a report of many clashes under many rules).
+class AllowRules {
+ public:
+  /// Appends a rule (after those already held: it comes later in the order of precedence).
+  void Add(AllowRule rule);
+  [[nodiscard]] const std::vector<AllowRule>& rules() const { return rules_; }
+  [[nodiscard]] bool empty() const { return rules_.empty(); }
+  /// The first rule that names the pair (whatever the class), or nullptr.
+  [[nodiscard]] const AllowRule* FirstCoveringPair(uint64_t x, uint64_t y) const;
+  /// The first rule that suppresses a clash of this pair, class and depth, or nullptr.
+  [[nodiscard]] const AllowRule* FirstCovering(uint64_t x, uint64_t y, v1::ClashClass cls,
+                                               double depth_mm) const;
+
+ private:
+  template <typename Pred>
+  const AllowRule* First(uint64_t x, uint64_t y, const Pred& covers) const;
+
+  std::vector<AllowRule> rules_;
+  // Rules (indices, ascending) whose sets hold the instance; a rule naming a set on one side
+  // and every instance on the other is listed under the set's instances only, since one end of
+  // every pair it covers is among them.
+  absl::flat_hash_map<uint64_t, std::vector<uint32_t>> by_instance_;
+  std::vector<uint32_t> every_;  // rules naming every instance on each side
+};
+
 /// Appends the rules, resolved on the scene. NOT_FOUND as SelectInstances; RESOURCE_EXHAUSTED
 /// beyond kMaxAllowRules or kMaxAllowRuleInstances.
 [[nodiscard]] absl::Status ResolveAllowRules(
     const Scene& scene, const google::protobuf::RepeatedPtrField<v1::AllowedInterference>& in,
-    std::vector<AllowRule>* out);
+    AllowRules* out);
 
 /// Interference over a scene. The candidate pairs are classified through `helpers` when given
 /// (on idle query slots too), else on this thread; the answer is the same either way.

@@ -20,16 +20,6 @@
 namespace clash::server {
 namespace {
 
-// The first rule that names the pair of a moving and a standing instance, or nullptr: such
-// pairs are no obstacle (sweeps and escape directions alike).
-const AllowRule* AllowedBy(const std::vector<AllowRule>& rules, uint64_t moving,
-                           uint64_t standing) {
-  for (const AllowRule& r : rules) {
-    if (r.CoversPair(moving, standing)) return &r;
-  }
-  return nullptr;
-}
-
 using geom::RigidTransform;
 using geom::Vec3;
 
@@ -168,7 +158,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     CLASH_ASSIGN_OR_RETURN(auto recs, SelectInstances(scene, request.staged(i).instances()));
     for (const InstanceRec* rec : recs) staged[rec->id] = X;
   }
-  std::vector<AllowRule> global_rules;
+  AllowRules global_rules;
   CLASH_RETURN_IF_ERROR(CheckWholePairRules(request.allowed(), "the sequence's"));
   for (int k = 0; k < n; ++k) {
     CLASH_RETURN_IF_ERROR(
@@ -190,7 +180,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       e.mutable_progress()->set_step_count(n);
       emit(e);
     }
-    std::vector<AllowRule> rules = global_rules;
+    AllowRules rules = global_rules;
     CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, step.allowed(), &rules));
     // What stands while step k runs: instances no step moves, those of earlier steps, and staged
     // ones of later steps at their staging poses.
@@ -268,7 +258,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
                                 absl::StrCat("step ", k + 1, " (", m->path, ")")));
       MoverSweep& s = sweeps.emplace_back(MoverSweep{m, std::move(motion), {}, {}, {}, {}});
       for (const Standing& st : standing) {
-        if (const AllowRule* covered = AllowedBy(rules, m->id, st.rec->id)) {
+        if (const AllowRule* covered = rules.FirstCoveringPair(m->id, st.rec->id)) {
           result.add_suppressed(
               absl::StrCat(m->path, " / ", st.rec->path, " (", covered->name, ")"));
           continue;
@@ -396,7 +386,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       const InstanceRec* m = blocked_mover != nullptr ? blocked_mover : movers[k].front();
       std::vector<geom::SweepObstacle> obstacles;
       for (const Standing& s : standing) {
-        if (!AllowedBy(rules, m->id, s.rec->id)) {
+        if (!rules.FirstCoveringPair(m->id, s.rec->id)) {
           obstacles.push_back({s.rec->part->geom.get(), s.X, s.rec->id});
         }
       }
