@@ -452,21 +452,34 @@ absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(
     }
     chosen.insert(id);
   }
+  absl::flat_hash_set<std::string_view> seen_groups;
   for (const std::string& g : selector.groups()) {
+    if (!seen_groups.insert(g).second) continue;
     auto it = scene.groups.find(g);
     if (it == scene.groups.end()) return absl::NotFoundError(absl::StrCat("no group '", g, "'"));
     chosen.insert(it->second.begin(), it->second.end());
   }
-  for (const std::string& prefix : selector.path_prefixes()) {
-    bool any = false;
-    const std::string below = absl::StrCat(prefix, "/");
+  if (!selector.path_prefixes().empty()) {
+    // One pass over the instances, whatever the number of prefixes: a path is under a prefix
+    // when the prefix is the path or the path cut before one of its '/'.
+    absl::flat_hash_map<std::string_view, bool> matched;  // prefix -> some instance is under it
+    for (const std::string& prefix : selector.path_prefixes()) matched.emplace(prefix, false);
     for (const auto& [id, rec] : scene.instances) {
-      if (rec.path == prefix || absl::StartsWith(rec.path, below)) {
-        chosen.insert(id);
-        any = true;
+      const std::string_view path = rec.path;
+      for (std::size_t cut = path.find('/');; cut = path.find('/', cut + 1)) {
+        auto it = matched.find(path.substr(0, cut));
+        if (it != matched.end()) {
+          it->second = true;
+          chosen.insert(id);
+        }
+        if (cut == std::string_view::npos) break;
       }
     }
-    if (!any) return absl::NotFoundError(absl::StrCat("no instance under path '", prefix, "'"));
+    for (const std::string& prefix : selector.path_prefixes()) {
+      if (!matched.at(prefix)) {
+        return absl::NotFoundError(absl::StrCat("no instance under path '", prefix, "'"));
+      }
+    }
   }
   for (uint64_t id : chosen) {
     const InstanceRec* rec = scene.Find(id);

@@ -1,17 +1,93 @@
-// AllowRules: the indexed search for the rule of a clash answers as the plain scan of every
-// rule in request order (the brute-force oracle), on seeded random rules and clashes.
+// Selectors and allowed-interference rules against brute-force oracles on seeded random input:
+// SelectInstances' one-pass prefix match against the definition (the path, or the path
+// continuing with '/'), and AllowRules' indexed search against a scan of every rule in request
+// order.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "query_engine.h"
+#include "testing/random_geometry.h"
 
 namespace clash::server {
 namespace {
 
 constexpr uint64_t kInstances = 120;
+
+// Paths of up to four segments drawn from a few names (some empty, so "//" and a trailing "/"
+// occur), and prefixes drawn the same way: many share leading characters without a '/' after.
+std::string RandomPath(std::mt19937_64& rng) {
+  static const char* const kNames[] = {"a", "ab", "b", "", "a.b"};
+  std::string path;
+  const int n = std::uniform_int_distribution<int>(1, 4)(rng);
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) path += '/';
+    path += kNames[std::uniform_int_distribution<int>(0, 4)(rng)];
+  }
+  return path;
+}
+
+TEST(SelectInstancesTest, PathPrefixesChooseAsTheirDefinition) {
+  std::mt19937_64 rng(1129);
+  const auto part = std::make_shared<PartEntry>();
+  part->geom = testing::MakeBox(geom::Vec3(1, 1, 1)).Part();
+  int chosen_some = 0, not_found = 0;
+  for (int round = 0; round < 20; ++round) {
+    Scene scene("s");
+    std::set<std::string> used;
+    for (int i = 0; i < 60; ++i) {
+      const std::string path = RandomPath(rng);
+      if (!used.insert(path).second) continue;
+      InstanceRec rec;
+      rec.id = scene.next_instance_id++;
+      rec.part = part;
+      rec.path = path;
+      scene.Add(std::move(rec));
+    }
+    for (auto& [id, rec] : scene.instances) {
+      if (std::bernoulli_distribution(0.1)(rng)) scene.SetEnabled(rec, false);
+    }
+    for (int q = 0; q < 50; ++q) {
+      v1::InstanceSelector selector;
+      std::set<uint64_t> want;
+      bool missing = false;
+      const int n = std::uniform_int_distribution<int>(1, 3)(rng);
+      for (int k = 0; k < n; ++k) {
+        const std::string prefix = RandomPath(rng);
+        selector.add_path_prefixes(prefix);
+        if (k == 0) selector.add_path_prefixes(prefix);  // a repeat changes nothing
+        bool any = false;
+        for (const auto& [id, rec] : scene.instances) {
+          if (rec.path == prefix || absl::StartsWith(rec.path, prefix + "/")) {
+            any = true;
+            if (rec.enabled) want.insert(id);
+          }
+        }
+        missing |= !any;
+      }
+      const auto got = SelectInstances(scene, selector);
+      if (missing) {
+        EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << selector.DebugString();
+        ++not_found;
+        continue;
+      }
+      ASSERT_TRUE(got.ok()) << got.status() << selector.DebugString();
+      std::vector<uint64_t> ids;
+      for (const InstanceRec* rec : *got) ids.push_back(rec->id);
+      EXPECT_EQ(ids, std::vector<uint64_t>(want.begin(), want.end())) << selector.DebugString();
+      chosen_some += !ids.empty();
+    }
+  }
+  // Both outcomes occur often, so the comparison means something.
+  EXPECT_GT(chosen_some, 200);
+  EXPECT_GT(not_found, 100);
+}
 
 absl::flat_hash_set<uint64_t> RandomSet(std::mt19937_64& rng) {
   absl::flat_hash_set<uint64_t> ids;
