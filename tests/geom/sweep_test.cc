@@ -797,6 +797,10 @@ TEST(FreeDirections, PegInABlindHoleIsFreeOnlyUpwards) {
       EXPECT_GT(f.blocked_at_mm, kTau - 1e-9) << f.label;
       EXPECT_LE(f.blocked_at_mm, 0.02 + kTau + kTau / 4 + 1e-9) << f.label;
       EXPECT_EQ(f.blocking_ids, std::vector<uint64_t>{1}) << f.label;
+      // The travel proven free lies before the block, at most τ/4 of travel before it.
+      EXPECT_LT(f.free_travel_mm, f.blocked_at_mm) << f.label;
+      EXPECT_GE(f.free_travel_mm, f.blocked_at_mm - kTau / 4 - 1e-9) << f.label;
+      EXPECT_LE(f.free_travel_mm, 0.02 + kTau + 1e-9) << f.label;
     }
   }
   EXPECT_EQ(dirs[4].label, "+Z");

@@ -3,6 +3,7 @@
 #include <Eigen/Geometry>
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numbers>
 
 #include "absl/status/status.h"
@@ -151,14 +152,18 @@ absl::StatusOr<Motion> Motion::Keyframes(std::span<const Keyframe> keyframes) {
   m.kind_ = MotionKind::kKeyframes;
   // Rotations within IsValid's tolerance of orthonormal are projected onto rotations, so that
   // the end of one segment's slerp and the next keyframe agree to rounding.
+  auto keys = std::make_shared<std::vector<Keyframe>>();
+  auto segments = std::make_shared<std::vector<Segment>>();
+  keys->reserve(keyframes.size());
+  segments->reserve(keyframes.size() - 1);
   for (const Keyframe& k : keyframes) {
-    Keyframe& copy = m.keys_.emplace_back(k);
+    Keyframe& copy = keys->emplace_back(k);
     copy.X_WP.R = Eigen::Quaterniond(k.X_WP.R).normalized().toRotationMatrix();
   }
-  m.X0_ = m.keys_.front().X_WP;
-  for (std::size_t i = 0; i + 1 < m.keys_.size(); ++i) {
-    const Keyframe& a = m.keys_[i];
-    const Keyframe& b = m.keys_[i + 1];
+  m.X0_ = keys->front().X_WP;
+  for (std::size_t i = 0; i + 1 < keys->size(); ++i) {
+    const Keyframe& a = (*keys)[i];
+    const Keyframe& b = (*keys)[i + 1];
     Segment seg;
     seg.t0 = a.t;
     seg.t1 = b.t;
@@ -173,27 +178,35 @@ absl::StatusOr<Motion> Motion::Keyframes(std::span<const Keyframe> keyframes) {
     const double s = q.vec().norm();
     seg.angle = 2.0 * std::atan2(s, q.w());
     seg.axis_P = s > 0 ? Vec3(q.vec() / s) : Vec3::UnitX();
-    m.segments_.push_back(seg);
+    segments->push_back(seg);
   }
+  m.keys_ = std::move(keys);
+  m.segments_ = std::move(segments);
   return m;
+}
+
+std::vector<Keyframe> Motion::keyframes() const {
+  std::vector<Keyframe> out;
+  if (keys_ == nullptr) return out;
+  out.reserve(keys_->size());
+  for (const Keyframe& k : *keys_) out.push_back({k.t, k.X_WP * body_});
+  return out;
 }
 
 absl::StatusOr<Motion> Motion::Carrying(const RigidTransform& X_PQ) const {
   if (absl::Status s = CheckPose(X_PQ, "carried pose"); !s.ok()) return s;
   Motion m = *this;
   m.X0_ = X0_ * X_PQ;
-  if (kind_ == MotionKind::kKeyframes) {
-    m.body_ = body_ * X_PQ;
-    for (Keyframe& k : m.keys_) k.X_WP = k.X_WP * X_PQ;
-  }
+  if (kind_ == MotionKind::kKeyframes) m.body_ = body_ * X_PQ;
   return m;
 }
 
 std::size_t Motion::SegmentIndex(double t) const {
   // The last segment whose start is <= t.
-  auto it = std::upper_bound(segments_.begin(), segments_.end(), t,
+  const std::vector<Segment>& segments = *segments_;
+  auto it = std::upper_bound(segments.begin(), segments.end(), t,
                              [](double x, const Segment& s) { return x < s.t0; });
-  return it == segments_.begin() ? 0 : static_cast<std::size_t>(it - segments_.begin()) - 1;
+  return it == segments.begin() ? 0 : static_cast<std::size_t>(it - segments.begin()) - 1;
 }
 
 RigidTransform Motion::PoseAt(double t) const {
@@ -210,8 +223,8 @@ RigidTransform Motion::PoseAt(double t) const {
       return {rot * X0_.R, rot * (X0_.t - center_) + center_ + advance};
     }
     case MotionKind::kKeyframes: {
-      if (t >= 1.0) return keys_.back().X_WP;
-      const Segment& seg = segments_[SegmentIndex(t)];
+      if (t >= 1.0) return keys_->back().X_WP * body_;
+      const Segment& seg = (*segments_)[SegmentIndex(t)];
       const double s = (t - seg.t0) / (seg.t1 - seg.t0);
       const Mat3 rot = Eigen::AngleAxisd(s * seg.angle, seg.axis_P).toRotationMatrix();
       return RigidTransform{seg.R0 * rot, seg.T0 + s * seg.dT} * body_;
@@ -236,8 +249,9 @@ double Motion::MaxTravel(double t0, double t1, const Sphere& bound_P) const {
     }
     case MotionKind::kKeyframes: {
       double sum = 0.0;
-      for (std::size_t i = SegmentIndex(a); i < segments_.size() && segments_[i].t0 < b; ++i) {
-        const Segment& seg = segments_[i];
+      const std::vector<Segment>& segments = *segments_;
+      for (std::size_t i = SegmentIndex(a); i < segments.size() && segments[i].t0 < b; ++i) {
+        const Segment& seg = segments[i];
         const double f = (std::min(b, seg.t1) - std::max(a, seg.t0)) / (seg.t1 - seg.t0);
         if (f <= 0.0) continue;
         const double rho = DistanceFromLine(body_ * bound_P.center, Vec3::Zero(), seg.axis_P) + r;

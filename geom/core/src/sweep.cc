@@ -60,6 +60,7 @@ class Sweeper {
         sphere_(TravelSphere(moving)) {
     const double scale = std::max(moving.bounds().Diagonal(), motion.MaxTravel(0, 1, sphere_));
     tau_step_ = std::max(std::max(options.contact_mm, 0.0), kMinStepRelative * scale);
+    result_.contact_mm = tau_step_;
     clearance_ = std::max(options.clearance_mm, 0.0);
     resolution_ = options.clearance_resolution_mm > 0 ? options.clearance_resolution_mm
                                                       : std::max(tau_step_ / 2, clearance_ / 4);
@@ -457,6 +458,7 @@ std::vector<FreeDirection> FreeDirections(const Part& part, const RigidTransform
     const SweepResult r = Sweep(part, *motion, obstacles, sweep_options, should_stop);
     if (r.blocked) {
       f.blocked_at_mm = r.t_contact * distance;
+      f.free_travel_mm = std::max(r.t_last_free, 0.0) * distance;
       f.blocking_ids = r.blocking_ids;
     } else if (r.exhausted || r.stopped) {
       f.undecided = true;

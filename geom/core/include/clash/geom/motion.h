@@ -35,6 +35,7 @@
 //     sphere X_PQ · bound_Q in P's frame, so the same bound holds with that sphere.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -102,8 +103,9 @@ class Motion {
   /// Signed travel along direction() over the whole motion (t from 0 to 1): the distance
   /// (linear), the advance amount() / 2π · pitch_mm() (screw); 0 for rotations and keyframes.
   [[nodiscard]] double AxialTravel() const;
-  /// The keyframes (keyframe paths only; empty otherwise), rotations re-orthonormalised.
-  [[nodiscard]] const std::vector<Keyframe>& keyframes() const { return keys_; }
+  /// The keyframes (keyframe paths only; empty otherwise), rotations re-orthonormalised, as
+  /// poses of this motion's part (carried, for a motion from Carrying).
+  [[nodiscard]] std::vector<Keyframe> keyframes() const;
 
   /// The motion of a part Q carried rigidly by this motion's part P, at X_PQ (Q's pose in P's
   /// frame, constant): X_WQ(t) = X_WP(t) · X_PQ. This is how a group moves as one rigid body:
@@ -149,9 +151,11 @@ class Motion {
   Vec3 center_ = Vec3::Zero();
   double amount_ = 0.0;
   double pitch_ = 0.0;
-  std::vector<Keyframe> keys_;     // the carried part's poses (see Carrying)
-  std::vector<Segment> segments_;  // the interpolation of the carrying part's poses
-  RigidTransform body_;            // keyframes: the carried part in the carrying part's frame
+  // Keyframes: the carrying part's poses and their interpolation, shared by the motions
+  // Carrying makes (a group of many parts on a long path holds one copy).
+  std::shared_ptr<const std::vector<Keyframe>> keys_;
+  std::shared_ptr<const std::vector<Segment>> segments_;
+  RigidTransform body_;  // keyframes: the carried part in the carrying part's frame
 };
 
 }  // namespace clash::geom

@@ -128,6 +128,9 @@ struct SweepOptions {
 /// The outcome of one sweep.
 struct SweepResult {
   bool blocked = false;  ///< Some pose penetrates an obstacle by more than τ (or is contained).
+  /// τ the sweep used: SweepOptions::contact_mm, or the floor above it (see the top of this
+  /// file).
+  double contact_mm = 0.0;
   /// First parameter found blocked (refined by bisection; see the top of this file); 1 when
   /// not blocked.
   double t_contact = 1.0;
@@ -198,6 +201,9 @@ struct FreeDirection {
   bool free = false;                ///< No block along the whole distance.
   /// Travel at which it blocks (distance × t_contact); +inf when free or undecided.
   double blocked_at_mm = std::numeric_limits<double>::infinity();
+  /// Travel proven free when it blocks (distance × t_last_free, at least 0): the block lies
+  /// between it and blocked_at_mm, at most τ/4 farther.
+  double free_travel_mm = 0.0;
   std::vector<uint64_t> blocking_ids;  ///< Obstacles blocking it.
   bool undecided = false;              ///< The sweep was exhausted or stopped.
 };
