@@ -5,6 +5,7 @@
 #include <limits>
 #include <numbers>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,7 +63,7 @@ RigidTransform AxisMotion(const Vec3& c, const Vec3& a, double angle, double adv
 
 absl::StatusOr<Vec3> UnitAxis(const v1::Vec3& v, const std::string& what) {
   const Vec3 a = FromProto(v);
-  const double n = a.norm();
+  const double n = a.stableNorm();  // (1e200, 0, 0) and (1e-170, 0, 0) are directions too
   if (!a.allFinite() || !(n > 0) || !std::isfinite(n)) {
     return absl::InvalidArgumentError(absl::StrCat(what, " must be finite and non-zero"));
   }
@@ -99,6 +100,10 @@ absl::StatusOr<geom::Motion> MotionToInstall(const v1::Motion& m, const RigidTra
       return geom::Motion::Rotation(X0, c, a, angle);
     }
     case v1::Motion::kPath: {
+      if (m.path().keyframes_size() > kMaxKeyframes) {
+        return absl::ResourceExhaustedError(absl::StrCat(what, ": ", m.path().keyframes_size(),
+                                                         " keyframes; at most ", kMaxKeyframes));
+      }
       std::vector<geom::Keyframe> keys;
       for (int i = 0; i < m.path().keyframes_size(); ++i) {
         const auto& k = m.path().keyframes(i);
@@ -130,11 +135,15 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
   CLASH_RETURN_IF_ERROR(ValidateTolerances(tol));
   if (request.steps().empty()) return absl::InvalidArgumentError("the sequence has no step");
 
-  // Which step moves each instance.
+  // Which step moves each instance, and each step's motion (of its first mover). Every step is
+  // checked here, before any runs: a bad step fails the call whatever the steps before it find.
   const int n = request.steps_size();
   std::vector<std::vector<const InstanceRec*>> movers(static_cast<std::size_t>(n));
+  std::vector<geom::Motion> motions;
+  motions.reserve(static_cast<std::size_t>(n));
   absl::flat_hash_map<uint64_t, int> step_of;
   for (int k = 0; k < n; ++k) {
+    CLASH_RETURN_IF_ERROR(stop());
     const v1::SequenceStep& step = request.steps(k);
     if (step.moving().instance_ids().empty() && step.moving().groups().empty() &&
         step.moving().path_prefixes().empty()) {
@@ -150,6 +159,11 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
             absl::StrCat(rec->path, " is moved by steps ", step_of[rec->id] + 1, " and ", k + 1));
       }
     }
+    const InstanceRec* first = movers[k].front();
+    absl::StatusOr<geom::Motion> motion = MotionToInstall(
+        step.motion(), first->X_WP, absl::StrCat("step ", k + 1, " (", first->path, ")"));
+    if (!motion.ok()) return motion.status();
+    motions.push_back(*std::move(motion));
   }
   absl::flat_hash_map<uint64_t, RigidTransform> staged;
   for (int i = 0; i < request.staged_size(); ++i) {
@@ -165,6 +179,12 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         CheckWholePairRules(request.steps(k).allowed(), absl::StrCat("step ", k + 1, "'s")));
   }
   CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, request.allowed(), &global_rules));
+  for (int k = 0; k < n; ++k) {  // resolved again when the step runs (one step's at a time)
+    if (request.steps(k).allowed().empty()) continue;
+    CLASH_RETURN_IF_ERROR(stop());
+    AllowRules rules;
+    CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, request.steps(k).allowed(), &rules));
+  }
 
   v1::SequenceSummary summary;
   summary.set_steps(n);
@@ -210,7 +230,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     // its box is within the largest τ possible of the region the mover can sweep, its box at
     // X_start grown by `travel` (a bound on how far any of its points moves).
     auto contact_of = [&](const InstanceRec& m, const RigidTransform& X_start, double travel,
-                          const std::vector<geom::SweepObstacle>& obstacles) {
+                          std::span<const geom::SweepObstacle> obstacles) {
       const geom::Aabb& box = m.part->geom->bounds();
       const double diagonal = box.Diagonal();
       const double widest = ContactTolerance(tol, m.part->deflection_mm + max_deflection, diagonal);
@@ -237,39 +257,62 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     struct MoverSweep {
       const InstanceRec* m;
       geom::Motion motion;
-      std::vector<geom::SweepObstacle> obstacles;
-      absl::flat_hash_map<uint64_t, const InstanceRec*> by_id;
+      bool allowed_pairs = false;  // a rule names some pair of it and what stands
       geom::SweepOptions options;
       geom::SweepResult r;
       double reached = -1;  // the parameter its sweep got to (-1: not swept yet)
     };
+    // What stands, as obstacles: shared by every mover, and filtered (when a sweep runs, so
+    // that a step holds one copy whatever its number of movers) for a mover whose pairs with
+    // some of it a rule names: such pairs are no obstacle.
+    std::vector<geom::SweepObstacle> all_obstacles;
+    all_obstacles.reserve(standing.size());
+    for (const Standing& st : standing) {
+      all_obstacles.push_back({st.rec->part->geom.get(), st.X, st.rec->id});
+    }
+    std::vector<geom::SweepObstacle> filtered;
+    const auto obstacles_of = [&](const InstanceRec& m, bool allowed_pairs) {
+      if (!allowed_pairs) return std::span<const geom::SweepObstacle>(all_obstacles);
+      filtered.clear();
+      for (const geom::SweepObstacle& o : all_obstacles) {
+        if (!rules.FirstCoveringPair(m.id, o.id)) filtered.push_back(o);
+      }
+      return std::span<const geom::SweepObstacle>(filtered);
+    };
+    const auto path_of = [&](uint64_t id) {
+      const InstanceRec* rec = scene.Find(id);
+      return rec != nullptr ? rec->path : std::string();
+    };
     std::vector<MoverSweep> sweeps;
     sweeps.reserve(movers[k].size());
+    int64_t suppressed = 0;
     for (const InstanceRec* m : movers[k]) {
+      CLASH_RETURN_IF_ERROR(stop());
       result.add_moving_paths(m->path);
       // The group moves as one rigid body: every mover is carried by the first mover's motion
       // (a keyframe path interpolates the first mover's pose; interpolating each mover's own
       // pose would shear the group mid-path).
-      CLASH_ASSIGN_OR_RETURN(
-          geom::Motion motion,
-          !sweeps.empty()
-              ? sweeps.front().motion.Carrying(movers[k].front()->X_WP.Inverse() * m->X_WP)
-              : MotionToInstall(step.motion(), m->X_WP,
-                                absl::StrCat("step ", k + 1, " (", m->path, ")")));
-      MoverSweep& s = sweeps.emplace_back(MoverSweep{m, std::move(motion), {}, {}, {}, {}});
-      for (const Standing& st : standing) {
-        if (const AllowRule* covered = rules.FirstCoveringPair(m->id, st.rec->id)) {
-          result.add_suppressed(
-              absl::StrCat(m->path, " / ", st.rec->path, " (", covered->name, ")"));
-          continue;
+      CLASH_ASSIGN_OR_RETURN(geom::Motion motion,
+                             !sweeps.empty() ? sweeps.front().motion.Carrying(
+                                                   movers[k].front()->X_WP.Inverse() * m->X_WP)
+                                             : absl::StatusOr<geom::Motion>(motions[k]));
+      MoverSweep& s = sweeps.emplace_back(MoverSweep{m, std::move(motion), false, {}, {}});
+      if (!rules.empty()) {
+        for (const Standing& st : standing) {
+          const AllowRule* covered = rules.FirstCoveringPair(m->id, st.rec->id);
+          if (covered == nullptr) continue;
+          s.allowed_pairs = true;
+          if (++suppressed <= kMaxSuppressedListed) {
+            result.add_suppressed(
+                absl::StrCat(m->path, " / ", st.rec->path, " (", covered->name, ")"));
+          }
         }
-        s.obstacles.push_back({st.rec->part->geom.get(), st.X, st.rec->id});
-        s.by_id[st.rec->id] = st.rec;
       }
       const geom::Aabb& box = m->part->geom->bounds();
-      s.options.contact_mm = contact_of(
-          *m, s.motion.start(),
-          s.motion.MaxTravel(0, 1, geom::Sphere{box.Center(), 0.5 * box.Diagonal()}), s.obstacles);
+      s.options.contact_mm =
+          contact_of(*m, s.motion.start(),
+                     s.motion.MaxTravel(0, 1, geom::Sphere{box.Center(), 0.5 * box.Diagonal()}),
+                     obstacles_of(*m, s.allowed_pairs));
       s.options.clearance_mm = tol.clearance_mm();
       s.options.profile = request.clearance_profile();
       s.options.max_iterations = limits.max_sweep_iterations;
@@ -286,12 +329,14 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         if (s.reached >= 0 && s.reached <= end) continue;
         s.options.t_end = end;
         absl::Status stopped;
-        s.r = geom::Sweep(*s.m->part->geom, s.motion, s.obstacles, s.options, [&] {
-          stopped = stop();
-          return !stopped.ok();
-        });
+        s.r = geom::Sweep(*s.m->part->geom, s.motion, obstacles_of(*s.m, s.allowed_pairs),
+                          s.options, [&] {
+                            stopped = stop();
+                            return !stopped.ok();
+                          });
         CLASH_RETURN_IF_ERROR(stopped);
         result.set_distance_queries(result.distance_queries() + s.r.distance_queries);
+        result.set_contact_tolerance_mm(std::max(result.contact_tolerance_mm(), s.r.contact_mm));
         s.reached = s.r.blocked     ? s.r.t_contact
                     : s.r.exhausted ? std::max(s.r.t_last_free, 0.0)
                                     : end;
@@ -321,8 +366,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       if (r.min_distance < result.min_clearance_mm()) {
         result.set_min_clearance_mm(r.min_distance);
         result.set_min_clearance_t(r.t_min_distance);
-        auto it = s.by_id.find(r.min_distance_id);
-        result.set_min_clearance_path(it == s.by_id.end() ? std::string() : it->second->path);
+        result.set_min_clearance_path(path_of(r.min_distance_id));
       }
       if (r.exhausted && !r.blocked) {
         // Not proven free past where the sweep got to: counted as blocked, and said so.
@@ -347,8 +391,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
           const uint64_t id = r.blocking_ids[i];
           v1::Blocker* b = result.add_blockers();
           b->set_instance_id(id);
-          auto it = s.by_id.find(id);
-          if (it != s.by_id.end()) b->set_path(it->second->path);
+          b->set_path(path_of(id));
           b->set_clash_class(i < r.blocking_classes.size() &&
                                      r.blocking_classes[i] == geom::ClashClass::kContained
                                  ? v1::CONTAINED
@@ -363,6 +406,9 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     if (undecided_t < result.blocked_t()) {
       result.set_blocked_t(undecided_t);
       ToProto(first_motion.PoseAt(undecided_t), result.mutable_blocked_pose());
+    }
+    if (!result.has_blocked_pose()) {  // free: the installed pose, at blocked_t = 1
+      ToProto(first_motion.PoseAt(1.0), result.mutable_blocked_pose());
     }
     // The first mover's profile, up to blocked_t (a blocked sweep's last sample is the first
     // blocked pose it checked, which its bisection then moved t_contact back from).
@@ -384,12 +430,11 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       // Escape directions, from its installed pose, of the mover blocked first (of the first
       // mover when none is), among the obstacles its sweep saw (allowed pairs left out).
       const InstanceRec* m = blocked_mover != nullptr ? blocked_mover : movers[k].front();
-      std::vector<geom::SweepObstacle> obstacles;
-      for (const Standing& s : standing) {
-        if (!rules.FirstCoveringPair(m->id, s.rec->id)) {
-          obstacles.push_back({s.rec->part->geom.get(), s.X, s.rec->id});
-        }
-      }
+      const bool allowed_pairs =
+          std::find_if(sweeps.begin(), sweeps.end(), [&](const MoverSweep& s) {
+            return s.m == m;
+          })->allowed_pairs;
+      const std::span<const geom::SweepObstacle> obstacles = obstacles_of(*m, allowed_pairs);
       geom::FreeDirectionOptions fo;
       const double tested =
           fo.distance_mm > 0 ? fo.distance_mm : 1.5 * m->part->geom->bounds().Diagonal();
@@ -406,9 +451,10 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         ToProto(d.direction_W, out->mutable_direction());
         out->set_free(d.free);
         out->set_undecided(d.undecided);
-        out->set_distance_mm(d.free ? tested : d.undecided ? 0.0 : d.blocked_at_mm);
+        out->set_distance_mm(d.free ? tested : d.undecided ? 0.0 : d.free_travel_mm);
       }
     }
+    result.set_suppressed_pairs(suppressed);
     result.set_clearance_violated(tol.clearance_mm() > 0 &&
                                   result.min_clearance_mm() < tol.clearance_mm());
     {

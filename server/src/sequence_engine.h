@@ -17,10 +17,16 @@ namespace clash::server {
 
 /// The geometry-core motion of a wire motion that ends at `X_installed` (a linear motion starts
 /// distance_mm back along -direction, a rotation or screw the whole angle back); INVALID_ARGUMENT
-/// naming `what` for a bad motion.
+/// naming `what` for a bad motion, RESOURCE_EXHAUSTED for a path of more than kMaxKeyframes.
 [[nodiscard]] absl::StatusOr<geom::Motion> MotionToInstall(const v1::Motion& m,
                                                            const geom::RigidTransform& X_installed,
                                                            const std::string& what);
+
+/// Keyframes a path may have (RESOURCE_EXHAUSTED beyond).
+inline constexpr int kMaxKeyframes = 10'000;
+
+/// Pairs a step lists in StepResult.suppressed (suppressed_pairs counts them all).
+inline constexpr int kMaxSuppressedListed = 1000;
 
 /// Bounds on a sequence's work besides its stop check.
 struct SequenceLimits {

@@ -733,8 +733,16 @@ struct ClashServer::Impl {
         absl::Status status = impl_->RunQuery(
             t, ctx, request->scene_id(),
             [&](const Scene& scene, const StopCheck& stop) {
-              return RunSequence(scene, *request, stop,
-                                 [&](const v1::ValidateSequenceEvent& e) { writer->Write(e); });
+              // A write that fails (the client gone, the call cancelled) stops the work.
+              std::atomic<bool> closed = false;
+              const StopCheck stop_or_closed = [&]() -> absl::Status {
+                if (closed) return absl::CancelledError("the stream to the client is closed");
+                return stop();
+              };
+              return RunSequence(scene, *request, stop_or_closed,
+                                 [&](const v1::ValidateSequenceEvent& e) {
+                                   if (!writer->Write(e)) closed = true;
+                                 });
             },
             impl_->config.max_sequence_seconds);
         if (watchdog.Finish()) {

@@ -39,14 +39,17 @@ class BoxScene {
   std::vector<v1::StepResult> Run(const v1::ValidateSequenceRequest& req,
                                   const SequenceLimits& limits = {}) {
     std::vector<v1::StepResult> steps;
-    const absl::Status s = RunSequence(
+    EXPECT_THAT(RunStatus(req, &steps, limits), IsOk());
+    return steps;
+  }
+  absl::Status RunStatus(const v1::ValidateSequenceRequest& req, std::vector<v1::StepResult>* steps,
+                         const SequenceLimits& limits = {}) {
+    return RunSequence(
         *scene_, req, [] { return absl::OkStatus(); },
         [&](const v1::ValidateSequenceEvent& e) {
-          if (e.has_step()) steps.push_back(e.step());
+          if (e.has_step()) steps->push_back(e.step());
         },
         limits);
-    EXPECT_THAT(s, IsOk());
-    return steps;
   }
 
  private:
@@ -176,6 +179,127 @@ TEST(SequenceEngine, AnUndecidedStepReportsHowFarItWasProvenFree) {
   for (const v1::ProfileSample& p : profiled[0].profile()) {
     EXPECT_LE(p.t(), profiled[0].blocked_t()) << p.t();
   }
+}
+
+// Allowed pairs leave a step's sweeps mover by mover: a rule naming one mover's pairs leaves
+// the others blocked, and a rule naming every pair lists the first kMaxSuppressedListed of them
+// and counts them all (40 movers, each placed inside each of 40 standing boxes' row: 1600
+// pairs). Before, each mover copied every standing instance, and every pair a rule named gave
+// a line: memory of movers times standing instances.
+TEST(SequenceEngine, AllowedPairsAreLeftOutMoverByMoverAndListedUpToACap) {
+  BoxScene scene;
+  for (int i = 0; i < 40; ++i) {
+    scene.Add("m/" + std::to_string(i), Vec3(1, 1, 1), Vec3(3.0 * i, 0, 0));
+    scene.Add("s/" + std::to_string(i), Vec3(1, 1, 1), Vec3(3.0 * i, 0.5, 0));
+  }
+  v1::ValidateSequenceRequest req = InstallAlongX("m", 1);
+  std::vector<v1::StepResult> steps = scene.Run(req);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_FALSE(steps[0].ok());
+  EXPECT_EQ(steps[0].blocked_t(), 0.0);
+  EXPECT_EQ(steps[0].blockers_size(), 40);  // each mover in its own standing box
+  EXPECT_EQ(steps[0].suppressed_pairs(), 0);
+
+  // m/0 with every standing box allowed: the other 39 still blocked, m/0 listed by none.
+  v1::AllowedInterference* one = req.add_allowed();
+  one->set_name("first");
+  one->mutable_a()->add_path_prefixes("m/0");
+  one->mutable_b()->add_path_prefixes("s");
+  steps = scene.Run(req);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_FALSE(steps[0].ok());
+  ASSERT_EQ(steps[0].blockers_size(), 39);
+  for (const v1::Blocker& b : steps[0].blockers()) EXPECT_NE(b.moving_path(), "m/0");
+  EXPECT_EQ(steps[0].suppressed_pairs(), 40);
+  ASSERT_EQ(steps[0].suppressed_size(), 40);
+  EXPECT_EQ(steps[0].suppressed(0), "m/0 / s/0 (first)");
+
+  // Every pair allowed: the step is free; 1600 pairs counted, the first 1000 listed.
+  req.clear_allowed();
+  req.add_allowed()->set_name("all");
+  steps = scene.Run(req);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(steps[0].ok());
+  EXPECT_EQ(steps[0].suppressed_pairs(), 1600);
+  ASSERT_EQ(steps[0].suppressed_size(), kMaxSuppressedListed);
+  EXPECT_EQ(steps[0].suppressed(0), "m/0 / s/0 (all)");
+  EXPECT_EQ(steps[0].suppressed(kMaxSuppressedListed - 1), "m/24 / s/39 (all)");
+}
+
+// Every step is checked before any runs: a bad motion or rule in a later step fails the call
+// even when an earlier step is blocked and the sequence would stop there. Before, step 2's zero
+// direction went unnoticed (OK) after a blocked step 1, and failed after step 1 had been
+// streamed when asked to go on.
+TEST(SequenceEngine, EveryStepIsCheckedBeforeAnyRuns) {
+  BoxScene scene;
+  scene.Add("a", Vec3(1, 1, 1), Vec3(0, 0, 0));
+  scene.Add("b", Vec3(1, 1, 1), Vec3(10, 0, 0));
+  scene.Add("wall", Vec3(1, 10, 10), Vec3(-5, 0, 0));
+  v1::ValidateSequenceRequest req = InstallAlongX("a", 20);  // through the wall: blocked
+  v1::SequenceStep* second = req.add_steps();
+  second->mutable_moving()->add_path_prefixes("b");
+  second->mutable_motion()->mutable_linear()->set_distance_mm(5);  // no direction
+  for (bool go_on : {false, true}) {
+    req.set_continue_after_blocked(go_on);
+    std::vector<v1::StepResult> steps;
+    EXPECT_THAT(scene.RunStatus(req, &steps),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument, "step 2"));
+    EXPECT_TRUE(steps.empty());
+  }
+  second->mutable_motion()->mutable_linear()->mutable_direction()->set_x(1e-170);  // tiny: fine
+  second->add_allowed()->mutable_a()->add_groups("no such group");
+  std::vector<v1::StepResult> steps;
+  EXPECT_THAT(scene.RunStatus(req, &steps),
+              testing::StatusIs(absl::StatusCode::kNotFound, "no such group"));
+  EXPECT_TRUE(steps.empty());
+  second->clear_allowed();
+  req.set_continue_after_blocked(true);
+  steps = scene.Run(req);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_FALSE(steps[0].ok());
+  EXPECT_TRUE(steps[1].ok());
+}
+
+// A step reports the τ its sweeps used, which a long travel raises (to 1e-9 of it); a free
+// step's blocked_pose is the installed pose (blocked_t = 1).
+TEST(SequenceEngine, AStepReportsTheContactToleranceItUsedAndAFreeStepItsInstalledPose) {
+  BoxScene scene;
+  scene.Add("a", Vec3(1, 1, 1), Vec3(3, 4, 5));
+  v1::ValidateSequenceRequest req = InstallAlongX("a", 20);
+  std::vector<v1::StepResult> steps = scene.Run(req);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(steps[0].ok());
+  EXPECT_EQ(steps[0].contact_tolerance_mm(), 0.01);
+  ASSERT_TRUE(steps[0].has_blocked_pose());
+  const absl::StatusOr<RigidTransform> X = PoseFromProto(steps[0].blocked_pose(), "pose");
+  ASSERT_THAT(X.status(), IsOk());
+  EXPECT_EQ(X->t, Vec3(3, 4, 5));
+  req.mutable_steps(0)->mutable_motion()->mutable_linear()->set_distance_mm(1e11);
+  steps = scene.Run(req);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_NEAR(steps[0].contact_tolerance_mm(), 100.0, 1e-6);
+}
+
+// A keyframe path is bounded (each moving instance's motion shares it, but one path may not
+// hold millions of poses), and a very long direction vector is still a direction.
+TEST(SequenceEngine, KeyframePathsAreBoundedAndDirectionsAnyLength) {
+  v1::Motion m;
+  for (int i = 0; i <= kMaxKeyframes; ++i) {
+    v1::KeyframePath::Keyframe* k = m.mutable_path()->add_keyframes();
+    k->set_t(static_cast<double>(i) / kMaxKeyframes);
+    ToProto(RigidTransform::Translation(Vec3(kMaxKeyframes - i, 0, 0)), k->mutable_offset());
+  }
+  EXPECT_THAT(MotionToInstall(m, RigidTransform::Identity(), "m").status(),
+              testing::StatusIs(absl::StatusCode::kResourceExhausted, "at most"));
+  m.mutable_path()->mutable_keyframes()->DeleteSubrange(1, 1);  // kMaxKeyframes: fine
+  EXPECT_THAT(MotionToInstall(m, RigidTransform::Identity(), "m").status(), IsOk());
+  v1::Motion line;
+  line.mutable_linear()->mutable_direction()->set_y(1e200);
+  line.mutable_linear()->set_distance_mm(2);
+  const absl::StatusOr<geom::Motion> motion =
+      MotionToInstall(line, RigidTransform::Identity(), "l");
+  ASSERT_THAT(motion.status(), IsOk());
+  EXPECT_NEAR((motion->start().t - Vec3(0, -2, 0)).norm(), 0.0, 1e-12);
 }
 
 }  // namespace
