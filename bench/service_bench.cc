@@ -530,7 +530,7 @@ absl::Status World::Tile(const std::string& assembly_id) {
 absl::StatusOr<v1::InterferenceResponse> World::LocalInterference(
     const v1::InterferenceRequest& request, bool one_thread) const {
   std::shared_lock lock(scene_->mu);
-  return server::RunInterference(*scene_, request, nullptr,
+  return server::RunInterference(*scene_, request, nullptr, {},
                                  one_thread ? nullptr : local_helpers_.get());
 }
 

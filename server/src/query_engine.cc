@@ -135,9 +135,11 @@ double PairTolerance(const v1::Tolerances& tol, const InstanceRec& a, const Inst
 // pair with one instance in A and the other in B (or two in A when B is null). The broad phase
 // is asked about each instance of `walk`, the instances of A or (when B is given) those of B.
 // `stop` (may be empty) is asked every 1024 instances or pairs of overridden instances.
+// RESOURCE_EXHAUSTED past `max_pairs`.
 absl::StatusOr<std::vector<std::pair<const InstanceRec*, const InstanceRec*>>> CandidatePairs(
     const Scene& scene, const PosedScene& posed, const std::vector<const InstanceRec*>& walk,
-    const Selection& in_a, const Selection* in_b, double margin, const StopCheck& stop) {
+    const Selection& in_a, const Selection* in_b, double margin, std::size_t max_pairs,
+    const StopCheck& stop) {
   std::size_t steps = 0;
   const auto step = [&]() -> absl::Status {
     return (++steps & 1023) == 0 && stop ? stop() : absl::OkStatus();
@@ -149,10 +151,19 @@ absl::StatusOr<std::vector<std::pair<const InstanceRec*, const InstanceRec*>>> C
     if (in_b == nullptr) return in_a.Contains(x) && in_a.Contains(y);
     return (in_a.Contains(x) && in_b->Contains(y)) || (in_b->Contains(x) && in_a.Contains(y));
   };
+  bool too_many = false;
   auto consider = [&](const InstanceRec* x, const InstanceRec* y) {
-    if (!valid(x->id, y->id)) return;
+    if (!valid(x->id, y->id)) return true;
     if (x->id > y->id) std::swap(x, y);
     if (seen.insert({x->id, y->id}).second) out.emplace_back(x, y);
+    too_many = out.size() > max_pairs;
+    return !too_many;
+  };
+  const auto refuse = [&] {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "more than ", max_pairs,
+        " candidate pairs (instances whose boxes overlap): narrow set_a and set_b, or check the "
+        "placement (parts at one spot?)"));
   };
   // Overridden instances are not where the tree has them: the tree is asked with their
   // overriding boxes, and pairs of two overridden instances are tested directly.
@@ -170,25 +181,25 @@ absl::StatusOr<std::vector<std::pair<const InstanceRec*, const InstanceRec*>>> C
     CLASH_RETURN_IF_ERROR(step());
     if (posed.IsOverridden(a->id)) continue;
     scene.tree.Query(a->world_box.Inflated(margin), [&](uint64_t other) {
-      if (!posed.IsOverridden(other)) {
-        if (const InstanceRec* b = scene.Find(other)) consider(a, b);
-      }
-      return true;
+      if (posed.IsOverridden(other)) return true;
+      const InstanceRec* b = scene.Find(other);
+      return b == nullptr || consider(a, b);
     });
+    if (too_many) return refuse();
   }
   for (std::size_t i = 0; i < overridden.size(); ++i) {
     CLASH_RETURN_IF_ERROR(step());
     const InstanceRec* o = overridden[i];
     const Aabb box = overridden_boxes[i].Inflated(margin);
     scene.tree.Query(box, [&](uint64_t other) {
-      if (!posed.IsOverridden(other)) {
-        if (const InstanceRec* b = scene.Find(other)) consider(o, b);
-      }
-      return true;
+      if (posed.IsOverridden(other)) return true;
+      const InstanceRec* b = scene.Find(other);
+      return b == nullptr || consider(o, b);
     });
+    if (too_many) return refuse();
     for (std::size_t j = i + 1; j < overridden.size(); ++j) {
       CLASH_RETURN_IF_ERROR(step());
-      if (box.Overlaps(overridden_boxes[j])) consider(o, overridden[j]);
+      if (box.Overlaps(overridden_boxes[j]) && !consider(o, overridden[j])) return refuse();
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& p, const auto& q) {
@@ -533,6 +544,7 @@ void ForEachItem(QueryHelpers* helpers, std::size_t n, const std::function<void(
 absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
                                                          const v1::InterferenceRequest& request,
                                                          const StopCheck& stop,
+                                                         const QueryLimits& limits,
                                                          QueryHelpers* helpers) {
   const v1::Tolerances& tol = request.tolerances();
   CLASH_RETURN_IF_ERROR(ValidateTolerances(tol));
@@ -596,7 +608,8 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   const double margin = std::max(max_tau, tol.clearance_mm());
   CLASH_ASSIGN_OR_RETURN(const auto candidates,
                          CandidatePairs(scene, posed, walk_b ? set_b : set_a, in_a,
-                                        request.has_set_b() ? &in_b : nullptr, margin, stop));
+                                        request.has_set_b() ? &in_b : nullptr, margin,
+                                        limits.max_candidate_pairs, stop));
 
   v1::InterferenceResponse response;
   v1::InterferenceSummary* summary = response.mutable_summary();
@@ -624,43 +637,32 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   std::vector<Job> jobs;
   jobs.reserve(kBlockPairs);
   std::vector<std::size_t> to_classify;
-  std::vector<v1::Clash> clashes;
-  auto report = [&](const Job& j) {
-    const InstanceRec* ra = j.ra;
-    const InstanceRec* rb = j.rb;
-    const geom::PairTolerances& pt = j.tol;
-    const geom::PairClassification& pc = j.pc;
-    if (pc.cls == geom::ClashClass::kClear) return;
-
-    v1::Clash c;
-    const PairEnds e = OrderByPath(*ra, *rb, pc.p_WA, pc.p_WB, pc.tri_a, pc.tri_b);
-    c.set_clash_id(ClashId(e.a->path, e.b->path));
-    c.set_instance_a(e.a->id);
-    c.set_instance_b(e.b->id);
-    c.set_path_a(e.a->path);
-    c.set_path_b(e.b->path);
-    c.set_part_a(e.a->part->info.part_id());
-    c.set_part_b(e.b->part->info.part_id());
-    c.set_clash_class(ToProto(pc.cls));
-    c.set_depth_mm(pc.depth_mm);
-    c.set_distance_mm(std::isfinite(pc.distance_mm) ? pc.distance_mm : 0.0);
-    ToProto(e.p_a, c.mutable_point_a_mm());
-    ToProto(e.p_b, c.mutable_point_b_mm());
-    c.set_face_a(e.face_a);
-    c.set_face_b(e.face_b);
-    c.set_intersecting_triangle_pairs(static_cast<uint32_t>(pc.intersecting_pairs));
-    c.set_intersections_truncated(pc.intersections_truncated);
-    c.set_uncertain(pc.uncertain);
-    c.set_contact_tolerance_mm(pt.contact_mm);
-    if (const AllowRule* rule =
-            rules.FirstCovering(e.a->id, e.b->id, c.clash_class(), c.depth_mm())) {
-      c.set_suppressed(true);
-      c.set_suppressed_by(rule->name);
+  // A clash found, kept small: only the page's clashes become messages.
+  struct Found {
+    const InstanceRec* ra;  // the pair as classified (pc's A and B)
+    const InstanceRec* rb;
+    geom::PairClassification pc;
+    double contact_mm;
+    const AllowRule* rule;  // the rule suppressing it, or null
+    v1::ClashClass cls;
+    // The ends by path, the order of the answer.
+    [[nodiscard]] const std::string& path_lo() const { return std::min(ra->path, rb->path); }
+    [[nodiscard]] const std::string& path_hi() const { return std::max(ra->path, rb->path); }
+  };
+  std::vector<Found> clashes;
+  auto report = [&](const Job& j) -> absl::Status {
+    if (j.pc.cls == geom::ClashClass::kClear) return absl::OkStatus();
+    if (clashes.size() >= limits.max_clashes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "more than ", limits.max_clashes,
+          " clashes: narrow set_a and set_b, or check the placement (parts at one spot?)"));
     }
-    if (c.suppressed()) {
+    const v1::ClashClass cls = ToProto(j.pc.cls);
+    const AllowRule* rule = rules.FirstCovering(j.ra->id, j.rb->id, cls, j.pc.depth_mm);
+    if (rule != nullptr) {
       summary->set_suppressed(summary->suppressed() + 1);
     } else {
-      switch (c.clash_class()) {
+      switch (cls) {
         case v1::HARD:
           summary->set_hard(summary->hard() + 1);
           break;
@@ -677,7 +679,36 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
           break;
       }
     }
-    clashes.push_back(std::move(c));
+    clashes.push_back({j.ra, j.rb, j.pc, j.tol.contact_mm, rule, cls});
+    return absl::OkStatus();
+  };
+  const auto to_message = [](const Found& f) {
+    v1::Clash c;
+    const geom::PairClassification& pc = f.pc;
+    const PairEnds e = OrderByPath(*f.ra, *f.rb, pc.p_WA, pc.p_WB, pc.tri_a, pc.tri_b);
+    c.set_clash_id(ClashId(e.a->path, e.b->path));
+    c.set_instance_a(e.a->id);
+    c.set_instance_b(e.b->id);
+    c.set_path_a(e.a->path);
+    c.set_path_b(e.b->path);
+    c.set_part_a(e.a->part->info.part_id());
+    c.set_part_b(e.b->part->info.part_id());
+    c.set_clash_class(f.cls);
+    c.set_depth_mm(pc.depth_mm);
+    c.set_distance_mm(std::isfinite(pc.distance_mm) ? pc.distance_mm : 0.0);
+    ToProto(e.p_a, c.mutable_point_a_mm());
+    ToProto(e.p_b, c.mutable_point_b_mm());
+    c.set_face_a(e.face_a);
+    c.set_face_b(e.face_b);
+    c.set_intersecting_triangle_pairs(static_cast<uint32_t>(pc.intersecting_pairs));
+    c.set_intersections_truncated(pc.intersections_truncated);
+    c.set_uncertain(pc.uncertain);
+    c.set_contact_tolerance_mm(f.contact_mm);
+    if (f.rule != nullptr) {
+      c.set_suppressed(true);
+      c.set_suppressed_by(f.rule->name);
+    }
+    return c;
   };
   auto run_block = [&]() -> absl::Status {
     SharedStop shared_stop(stop);
@@ -699,7 +730,7 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
       }
     }
     CLASH_RETURN_IF_ERROR(shared_stop.status());
-    for (const Job& j : jobs) report(j);
+    for (const Job& j : jobs) CLASH_RETURN_IF_ERROR(report(j));
     jobs.clear();
     to_classify.clear();
     return absl::OkStatus();
@@ -736,16 +767,16 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     if (jobs.size() == kBlockPairs) CLASH_RETURN_IF_ERROR(run_block());
   }
   CLASH_RETURN_IF_ERROR(run_block());
-  std::sort(clashes.begin(), clashes.end(), [](const v1::Clash& p, const v1::Clash& q) {
-    const int rp = ClassRank(p.clash_class());
-    const int rq = ClassRank(q.clash_class());
+  std::sort(clashes.begin(), clashes.end(), [](const Found& p, const Found& q) {
+    const int rp = ClassRank(p.cls);
+    const int rq = ClassRank(q.cls);
     if (rp != rq) return rp < rq;
-    if (p.path_a() != q.path_a()) return p.path_a() < q.path_a();
-    return p.path_b() < q.path_b();
+    if (p.path_lo() != q.path_lo()) return p.path_lo() < q.path_lo();
+    return p.path_hi() < q.path_hi();
   });
   const std::size_t begin = std::min(token.offset, clashes.size());
   const std::size_t end = std::min(begin + page_size, clashes.size());
-  for (std::size_t i = begin; i < end; ++i) *response.add_clashes() = std::move(clashes[i]);
+  for (std::size_t i = begin; i < end; ++i) *response.add_clashes() = to_message(clashes[i]);
   if (end < clashes.size()) {
     response.set_next_page_token(FormatPageToken({scene.version, end, fingerprint}));
   }

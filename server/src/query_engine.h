@@ -24,6 +24,11 @@ using StopCheck = std::function<absl::Status()>;
 /// Limits of one query.
 struct QueryLimits {
   int max_rays = 100'000;
+  /// Interference: instance pairs whose boxes (grown by the tolerances) overlap, and clashes
+  /// found; RESOURCE_EXHAUSTED beyond (a scene of parts placed at one spot, not a check to
+  /// run: about 40 and 140 bytes each).
+  std::size_t max_candidate_pairs = std::size_t{1} << 24;
+  std::size_t max_clashes = std::size_t{1} << 22;
 };
 
 /// INVALID_ARGUMENT for a negative or non-finite contact tolerance or clearance.
@@ -93,7 +98,7 @@ class AllowRules {
 /// (on idle query slots too), else on this thread; the answer is the same either way.
 [[nodiscard]] absl::StatusOr<v1::InterferenceResponse> RunInterference(
     const Scene& scene, const v1::InterferenceRequest& request, const StopCheck& stop,
-    QueryHelpers* helpers = nullptr);
+    const QueryLimits& limits = {}, QueryHelpers* helpers = nullptr);
 
 [[nodiscard]] absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
                                                                const v1::DistanceRequest& request,

@@ -687,8 +687,9 @@ struct ClashServer::Impl {
       return impl_->Serve(ctx, "CheckInterference", [&](Tenant& t) {
         return impl_->RunQuery(
             t, ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
-              CLASH_ASSIGN_OR_RETURN(*response,
-                                     RunInterference(scene, *request, stop, &impl_->query_helpers));
+              CLASH_ASSIGN_OR_RETURN(
+                  *response,
+                  RunInterference(scene, *request, stop, QueryLimits{}, &impl_->query_helpers));
               return absl::OkStatus();
             });
       });

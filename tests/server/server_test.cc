@@ -231,6 +231,26 @@ class ServerTest : public ::testing::Test {
     return out;
   }
 
+  // A request placing n instances of `part` in `scene`: "<prefix><i>" at pose(i), in `group`
+  // when one is given.
+  static v1::AddInstancesRequest PlaceMany(const std::string& scene, const std::string& part, int n,
+                                           const std::string& prefix,
+                                           const std::function<RigidTransform(int)>& pose,
+                                           const std::string& group = "") {
+    v1::AddInstancesRequest add;
+    add.set_scene_id(scene);
+    for (int i = 0; i < n; ++i) {
+      v1::PartPlacement* p = add.add_parts();
+      p->set_part_id(part);
+      p->set_path(prefix + std::to_string(i));
+      *p->mutable_pose() = ToPose(pose(i));
+      if (!group.empty()) p->add_groups(group);
+    }
+    return add;
+  }
+  // Instances n of them 3 mm apart along x.
+  static RigidTransform AlongX3(int i) { return RigidTransform::Translation(Vec3(3.0 * i, 0, 0)); }
+
   uint64_t Place(const std::string& scene, const std::string& part, const RigidTransform& X,
                  const std::string& path) {
     v1::AddInstancesRequest req;
@@ -1038,16 +1058,8 @@ TEST_F(ServerTest, AllowedInterferenceRulesAreBounded) {
   // Boxes 10 mm wide, 3 mm apart along x, all in group "all".
   const auto row = [&](int n) {
     const std::string scene = NewScene();
-    v1::AddInstancesRequest add;
-    add.set_scene_id(scene);
-    for (int i = 0; i < n; ++i) {
-      v1::PartPlacement* p = add.add_parts();
-      p->set_part_id(box);
-      p->set_path("b" + std::to_string(i));
-      *p->mutable_pose() = ToPose(RigidTransform::Translation(Vec3(3.0 * i, 0, 0)));
-      p->add_groups("all");
-    }
-    EXPECT_THAT(client_->AddInstances(add).status(), IsOk());
+    EXPECT_THAT(client_->AddInstances(PlaceMany(scene, box, n, "b", AlongX3, "all")).status(),
+                IsOk());
     return scene;
   };
   v1::InterferenceRequest req;
@@ -2563,15 +2575,9 @@ TEST_F(ServerTest, ASequenceWhoseClientStopsReadingEndsAfterTheTimeLimit) {
   const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
   const std::string scene = NewScene();
   // 400 boxes 10 mm apart, each moved 0.5 mm by a step of its own.
-  v1::AddInstancesRequest add;
-  add.set_scene_id(scene);
-  for (int i = 0; i < 400; ++i) {
-    v1::PartPlacement* p = add.add_parts();
-    p->set_part_id(box);
-    p->set_path("m" + std::to_string(i));
-    *p->mutable_pose() = ToPose(RigidTransform::Translation(Vec3(10.0 * i, 0, 0)));
-  }
-  auto added = client_->AddInstances(add);
+  auto added = client_->AddInstances(PlaceMany(scene, box, 400, "m", [](int i) {
+    return RigidTransform::Translation(Vec3(10.0 * i, 0, 0));
+  }));
   ASSERT_THAT(added.status(), IsOk());
   const uint64_t mover = added->instances(0).instance_id();
   v1::ValidateSequenceRequest req;
@@ -3056,16 +3062,15 @@ TEST_F(ServerTest, ACheckStoppedPartWayKeepsItsFinishedPairs) {
 TEST_F(ServerTest, ListingCandidatePairsAsksTheStopCheck) {
   const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
   const std::string scene_id = NewScene();
-  v1::AddInstancesRequest add;
-  add.set_scene_id(scene_id);
-  for (int i = 0; i < 2100; ++i) {  // 5 mm apart: no pair
-    v1::PartPlacement* p = add.add_parts();
-    p->set_part_id(box);
-    p->set_path("b" + std::to_string(i));
-    *p->mutable_pose() =
-        ToPose(RigidTransform::Translation(Vec3(5.0 * (i % 50), 5.0 * (i / 50), 0)));
-  }
-  ASSERT_THAT(client_->AddInstances(add).status(), IsOk());
+  // 5 mm apart: no pair
+  ASSERT_THAT(client_
+                  ->AddInstances(PlaceMany(scene_id, box, 2100, "b",
+                                           [](int i) {
+                                             return RigidTransform::Translation(
+                                                 Vec3(5.0 * (i % 50), 5.0 * (i / 50), 0));
+                                           }))
+                  .status(),
+              IsOk());
   auto opened = StopAndOpen(scene_id);
   ASSERT_THAT(opened.status(), IsOk());
   const Scene& scene = *opened->scene;
@@ -3083,6 +3088,52 @@ TEST_F(ServerTest, ListingCandidatePairsAsksTheStopCheck) {
   const auto all = RunInterference(scene, req, nullptr);
   ASSERT_THAT(all.status(), IsOk());
   EXPECT_EQ(all->summary().candidate_pairs(), 0u);
+}
+
+// Interference holds its candidate pairs and clashes in memory, so both are bounded
+// (QueryLimits): past either, RESOURCE_EXHAUSTED naming it, with or without pose overrides; at
+// the limit, the same answer as without one. A row of 30 boxes 10 mm wide, 3 mm apart: each
+// crosses the three nearest on each side, 84 pairs and 84 HARD clashes.
+TEST_F(ServerTest, InterferenceBoundsItsCandidatePairsAndClashes) {
+  const std::string box = Upload(MakeBox(Vec3(5, 5, 5)), "box");
+  const std::string scene_id = NewScene();
+  ASSERT_THAT(client_->AddInstances(PlaceMany(scene_id, box, 30, "b", AlongX3)).status(), IsOk());
+  auto opened = StopAndOpen(scene_id);
+  ASSERT_THAT(opened.status(), IsOk());
+  const Scene& scene = *opened->scene;
+  std::shared_lock lock(scene.mu);
+  v1::InterferenceRequest req;
+  req.set_scene_id(scene_id);
+  const auto unbounded = RunInterference(scene, req, nullptr);
+  ASSERT_THAT(unbounded.status(), IsOk());
+  ASSERT_EQ(unbounded->summary().candidate_pairs(), 84u);
+  ASSERT_EQ(unbounded->summary().hard(), 84u);
+  const auto run = [&](std::size_t pairs, std::size_t clashes) {
+    QueryLimits limits;
+    limits.max_candidate_pairs = pairs;
+    limits.max_clashes = clashes;
+    return RunInterference(scene, req, nullptr, limits);
+  };
+  EXPECT_THAT(run(83, 84).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "more than 83 candidate pairs"));
+  EXPECT_THAT(run(84, 83).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "more than 83 clashes"));
+  const auto at_limit = run(84, 84);
+  ASSERT_THAT(at_limit.status(), IsOk());
+  ASSERT_EQ(at_limit->clashes_size(), 84);  // (the summary differs: the pairs are now cached)
+  for (int k = 0; k < 84; ++k) {
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(at_limit->clashes(k),
+                                                                   unbounded->clashes(k)));
+  }
+  // The first box dragged over the 11th (x = 30): 7 pairs of it instead of 3.
+  v1::PoseUpdate* drag = req.add_pose_overrides();
+  drag->set_instance_id(scene.by_path.at("b0"));
+  *drag->mutable_pose() = ToPose(RigidTransform::Translation(Vec3(30, 0, 0)));
+  const auto dragged = RunInterference(scene, req, nullptr);
+  ASSERT_THAT(dragged.status(), IsOk());
+  ASSERT_EQ(dragged->summary().candidate_pairs(), 88u);
+  EXPECT_THAT(run(87, 88).status(), StatusIs(absl::StatusCode::kResourceExhausted, "87"));
+  EXPECT_THAT(run(88, 88).status(), IsOk());
 }
 
 TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
