@@ -29,6 +29,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -288,17 +289,22 @@ class ServerTest : public ::testing::Test {
   }
 
   // The server stopped and the local tenant's stores opened, with the scene as a query finds
-  // it (the caller takes its lock).
+  // it, locked for reading, and a check of the whole scene to run on it.
   struct OpenedScene {
     Stores stores;
     std::shared_ptr<Scene> scene;
+    std::shared_lock<std::shared_timed_mutex> lock;
+    v1::InterferenceRequest check;
   };
   absl::StatusOr<OpenedScene> StopAndOpen(const std::string& scene_id) {
     client_.reset();
     server_.reset();
     CLASH_ASSIGN_OR_RETURN(Stores stores, OpenStores());
     CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, stores.scenes->Get(scene_id));
-    return OpenedScene{std::move(stores), std::move(scene)};
+    std::shared_lock lock(scene->mu);
+    v1::InterferenceRequest check;
+    check.set_scene_id(scene_id);
+    return OpenedScene{std::move(stores), std::move(scene), std::move(lock), std::move(check)};
   }
 
   // A new scene of `count` cylinders crowded about the origin: for 90, ~4000 crossing pairs, a
@@ -3042,9 +3048,7 @@ TEST_F(ServerTest, ACheckStoppedPartWayKeepsItsFinishedPairs) {
   auto opened = StopAndOpen(scene_id);
   ASSERT_THAT(opened.status(), IsOk());
   const Scene& scene = *opened->scene;
-  std::shared_lock lock(scene.mu);
-  v1::InterferenceRequest req;
-  req.set_scene_id(scene_id);
+  v1::InterferenceRequest& req = opened->check;
   int checks = 0;
   const StopCheck stop = [&]() -> absl::Status {
     return ++checks > 64 + 200 ? absl::CancelledError("stop") : absl::OkStatus();
@@ -3074,9 +3078,7 @@ TEST_F(ServerTest, ListingCandidatePairsAsksTheStopCheck) {
   auto opened = StopAndOpen(scene_id);
   ASSERT_THAT(opened.status(), IsOk());
   const Scene& scene = *opened->scene;
-  std::shared_lock lock(scene.mu);
-  v1::InterferenceRequest req;
-  req.set_scene_id(scene_id);
+  v1::InterferenceRequest& req = opened->check;
   int checks = 0;
   const StopCheck stop = [&]() -> absl::Status {
     ++checks;
@@ -3101,9 +3103,7 @@ TEST_F(ServerTest, InterferenceBoundsItsCandidatePairsAndClashes) {
   auto opened = StopAndOpen(scene_id);
   ASSERT_THAT(opened.status(), IsOk());
   const Scene& scene = *opened->scene;
-  std::shared_lock lock(scene.mu);
-  v1::InterferenceRequest req;
-  req.set_scene_id(scene_id);
+  v1::InterferenceRequest& req = opened->check;
   const auto unbounded = RunInterference(scene, req, nullptr);
   ASSERT_THAT(unbounded.status(), IsOk());
   ASSERT_EQ(unbounded->summary().candidate_pairs(), 84u);
