@@ -1,13 +1,19 @@
 #include "clash/client/client.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
-#include <sstream>
+#include <set>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -56,36 +62,111 @@ bool IsLoopbackAddress(std::string_view address) {
   std::vector<absl::string_view> octets =
       absl::StrSplit(absl::string_view(host.data(), host.size()), '.');
   if (octets.size() != 4 || octets[0] != "127") return false;
+  // 1 to 3 ASCII digits each: SimpleAtoi alone also takes a sign or spaces ("127.0.0.+1").
   for (absl::string_view o : octets) {
     int v = 0;
-    if (o.empty() || o.size() > 3 || !absl::SimpleAtoi(o, &v) || v < 0 || v > 255) return false;
+    if (o.empty() || o.size() > 3 ||
+        !std::all_of(o.begin(), o.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        !absl::SimpleAtoi(o, &v) || v > 255) {
+      return false;
+    }
   }
   return true;
 }
 
+// Caps on the files the client reads: a token is a line, a PEM file a few certificates.
+constexpr std::size_t kMaxTokenFileBytes = std::size_t{64} << 10;
+constexpr std::size_t kMaxPemFileBytes = std::size_t{4} << 20;
+
+std::string SizeText(std::size_t bytes) {
+  if (bytes % (std::size_t{1} << 20) == 0) return absl::StrCat(bytes >> 20, " MiB");
+  if (bytes % (std::size_t{1} << 10) == 0) return absl::StrCat(bytes >> 10, " KiB");
+  return absl::StrCat(bytes, " bytes");
+}
+
+absl::Status CannotRead(const std::string& path, int error) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot read ", path, ": ", std::error_code(error, std::generic_category()).message()));
+}
+
+// Closes a file descriptor when it goes.
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream buffer;
-  if (in) buffer << in.rdbuf();
-  std::string text = buffer.str();
-  if (text.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read the ", what, " file '", path, "'"));
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxPemFileBytes);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the ", what, " file: ", text.status().message()));
+  }
+  if (text->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", what, " file '", path, "' is empty"));
   }
   return text;
 }
 
 absl::StatusOr<std::string> FirstLineOf(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read a token from '", path, "'"));
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxTokenFileBytes);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read a token: ", text.status().message()));
   }
+  std::string line = text->substr(0, text->find('\n'));
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
   if (line.empty()) return absl::InvalidArgumentError(absl::StrCat("empty token in '", path, "'"));
   return line;
 }
 
+// Every page of a listing: `fetch(request)` answers one page, `take(page)` keeps its items (an
+// error from it ends the listing). INTERNAL when the server hands out a page token it gave
+// before: following it, the listing would never end.
+template <class Request, class Fetch, class Take>
+absl::Status FollowPages(Request request, const char* what, Fetch fetch, Take take) {
+  std::set<std::string> seen;
+  for (;;) {
+    auto page = fetch(request);
+    if (!page.ok()) return page.status();
+    if (absl::Status st = take(*page); !st.ok()) return st;
+    if (page->next_page_token().empty()) return absl::OkStatus();
+    if (!seen.insert(page->next_page_token()).second) {
+      return absl::InternalError(absl::StrCat("the server repeated a page token while listing ",
+                                              what, ": the listing would never end"));
+    }
+    request.set_page_token(page->next_page_token());
+  }
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, std::size_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer (fstat refuses it next).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return CannotRead(path, errno);
+  const FdCloser closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return CannotRead(path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  const auto too_large = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is larger than ", SizeText(max_bytes), ", the most read from it"));
+  };
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_large();
+  // Read up to the cap whatever the size said (a /proc file says 0, a file may grow).
+  std::string text;
+  std::string buffer(std::size_t{64} << 10, '\0');
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return CannotRead(path, errno);
+    if (n == 0) return text;
+    if (text.size() + static_cast<std::size_t>(n) > max_bytes) return too_large();
+    text.append(buffer.data(), static_cast<std::size_t>(n));
+  }
+}
 
 bool IsLoopbackTarget(std::string_view target) {
   if (target.rfind("unix:", 0) == 0 || target.rfind("unix-abstract:", 0) == 0) return true;
@@ -294,14 +375,18 @@ absl::StatusOr<std::vector<v1::Part>> Client::ListParts() {
   std::vector<v1::Part> out;
   v1::ListPartsRequest request;
   request.set_page_size(1000);
-  for (;;) {
-    absl::StatusOr<v1::ListPartsResponse> page = Call<v1::ListPartsRequest, v1::ListPartsResponse>(
-        CLASH_BIND(parts_, ListParts), request, options_.edit_timeout, true);
-    if (!page.ok()) return page.status();
-    out.insert(out.end(), page->parts().begin(), page->parts().end());
-    if (page->next_page_token().empty()) return out;
-    request.set_page_token(page->next_page_token());
-  }
+  const absl::Status st = FollowPages(
+      request, "parts",
+      [this](const v1::ListPartsRequest& r) {
+        return Call<v1::ListPartsRequest, v1::ListPartsResponse>(CLASH_BIND(parts_, ListParts), r,
+                                                                 options_.edit_timeout, true);
+      },
+      [&out](const v1::ListPartsResponse& page) {
+        out.insert(out.end(), page.parts().begin(), page.parts().end());
+        return absl::OkStatus();
+      });
+  if (!st.ok()) return st;
+  return out;
 }
 
 absl::StatusOr<v1::Assembly> Client::GetAssembly(const std::string& assembly_id) {
@@ -345,15 +430,18 @@ absl::StatusOr<std::vector<v1::Scene>> Client::ListScenes() {
   std::vector<v1::Scene> out;
   v1::ListScenesRequest request;
   request.set_page_size(1000);
-  for (;;) {
-    absl::StatusOr<v1::ListScenesResponse> page =
-        Call<v1::ListScenesRequest, v1::ListScenesResponse>(CLASH_BIND(scenes_, ListScenes),
-                                                            request, options_.edit_timeout, true);
-    if (!page.ok()) return page.status();
-    out.insert(out.end(), page->scenes().begin(), page->scenes().end());
-    if (page->next_page_token().empty()) return out;
-    request.set_page_token(page->next_page_token());
-  }
+  const absl::Status st = FollowPages(
+      request, "scenes",
+      [this](const v1::ListScenesRequest& r) {
+        return Call<v1::ListScenesRequest, v1::ListScenesResponse>(CLASH_BIND(scenes_, ListScenes),
+                                                                   r, options_.edit_timeout, true);
+      },
+      [&out](const v1::ListScenesResponse& page) {
+        out.insert(out.end(), page.scenes().begin(), page.scenes().end());
+        return absl::OkStatus();
+      });
+  if (!st.ok()) return st;
+  return out;
 }
 
 absl::Status Client::DeleteScene(const std::string& scene_id) {
@@ -371,18 +459,35 @@ absl::StatusOr<v1::AddInstancesResponse> Client::AddInstances(
 }
 
 absl::StatusOr<std::vector<v1::Instance>> Client::ListInstances(const std::string& scene_id) {
-  std::vector<v1::Instance> out;
   v1::ListInstancesRequest request;
   request.set_scene_id(scene_id);
   request.set_page_size(10000);
-  for (;;) {
-    absl::StatusOr<v1::ListInstancesResponse> page =
-        Call<v1::ListInstancesRequest, v1::ListInstancesResponse>(
-            CLASH_BIND(scenes_, ListInstances), request, options_.edit_timeout, true);
-    if (!page.ok()) return page.status();
-    out.insert(out.end(), page->instances().begin(), page->instances().end());
-    if (page->next_page_token().empty()) return out;
-    request.set_page_token(page->next_page_token());
+  // Pages after the first continue from an instance id: if the scene changed in between, they
+  // may miss instances or hold stale poses. Start again once; a scene changing that often is
+  // ABORTED.
+  for (int attempt = 1;; ++attempt) {
+    std::vector<v1::Instance> out;
+    std::optional<uint64_t> version;
+    bool changed = false;
+    const absl::Status st = FollowPages(
+        request, "instances",
+        [this](const v1::ListInstancesRequest& r) {
+          return Call<v1::ListInstancesRequest, v1::ListInstancesResponse>(
+              CLASH_BIND(scenes_, ListInstances), r, options_.edit_timeout, true);
+        },
+        [&](const v1::ListInstancesResponse& page) {
+          if (version && *version != page.scene_version()) {
+            changed = true;
+            return absl::AbortedError(absl::StrCat(
+                "scene ", scene_id, " changed while its instances were listed (version ", *version,
+                ", then ", page.scene_version(), "); try again"));
+          }
+          version = page.scene_version();
+          out.insert(out.end(), page.instances().begin(), page.instances().end());
+          return absl::OkStatus();
+        });
+    if (st.ok()) return out;
+    if (!changed || attempt >= 2) return st;
   }
 }
 
@@ -422,6 +527,7 @@ absl::StatusOr<v1::InterferenceResponse> Client::CheckInterference(
   if (request.page_size() == 0) request.set_page_size(10000);
   const auto deadline = std::chrono::steady_clock::now() + options_.query_timeout;
   v1::InterferenceResponse all;
+  std::set<std::string> seen_tokens;
   for (bool first = true;; first = false) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -439,6 +545,10 @@ absl::StatusOr<v1::InterferenceResponse> Client::CheckInterference(
       all.set_next_page_token(page->next_page_token());
     }
     if (all.next_page_token().empty()) return all;
+    if (!seen_tokens.insert(all.next_page_token()).second) {
+      return absl::InternalError(
+          "the server repeated a page token while listing clashes: the listing would never end");
+    }
     request.set_page_token(all.next_page_token());
     all.clear_next_page_token();
   }

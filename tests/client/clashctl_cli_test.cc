@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "clash/client/client.h"
 #include "clash/v1/parts.grpc.pb.h"
 #include "clash/v1/queries.grpc.pb.h"
@@ -23,6 +25,7 @@
 #include "clashctl/cli.h"
 #include "clashctl/format.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "testing/temp_dir.h"
 
 namespace clash::clashctl {
 namespace {
@@ -48,10 +51,26 @@ struct Record {
   int calls = 0;
   // Answers.
   std::vector<v1::Instance> instances;
+  // Listings (ListParts, ListScenes, ListInstances, CheckInterference): while list_token_left
+  // > 0, every page names list_token as the next one (a server whose listing never advances,
+  // bounded so that a client that follows it still ends).
+  std::string list_token = "again";
+  int list_token_left = 0;
+  // ListInstances, when not empty: two pages (instance 1, then 2) with these scene versions,
+  // one per call in turn (the last repeats); list_instances_calls counts the calls.
+  std::vector<uint64_t> instance_versions;
+  int list_instances_calls = 0;
   v1::InterferenceResponse interference_answer;
   grpc::health::v1::HealthCheckResponse::ServingStatus health =
       grpc::health::v1::HealthCheckResponse::SERVING;
 };
+
+// The next page token of a listing page (see Record::list_token).
+std::string NextPageToken(Record* r) {
+  if (r->list_token_left <= 0) return "";
+  --r->list_token_left;
+  return r->list_token;
+}
 
 // Counts a call of an RPC the fakes do not answer, and refuses it (UNIMPLEMENTED).
 grpc::Status NotFaked(Record* r) {
@@ -122,8 +141,12 @@ class FakeParts final : public v1::PartService::Service {
     return NotFaked(r_);
   }
   grpc::Status ListParts(grpc::ServerContext*, const v1::ListPartsRequest*,
-                         v1::ListPartsResponse*) override {
-    return NotFaked(r_);
+                         v1::ListPartsResponse* response) override {
+    std::lock_guard lock(r_->mu);
+    ++r_->calls;
+    *response->add_parts() = SamplePart();
+    response->set_next_page_token(NextPageToken(r_));
+    return grpc::Status::OK;
   }
 
  private:
@@ -161,6 +184,7 @@ class FakeScenes final : public v1::SceneService::Service {
     ++r_->calls;
     response->add_scenes()->set_scene_id("s1");
     response->add_scenes()->set_scene_id("s2");
+    response->set_next_page_token(NextPageToken(r_));
     return grpc::Status::OK;
   }
   grpc::Status DeleteScene(grpc::ServerContext*, const v1::DeleteSceneRequest* request,
@@ -186,11 +210,21 @@ class FakeScenes final : public v1::SceneService::Service {
     response->set_scene_version(5);
     return grpc::Status::OK;
   }
-  grpc::Status ListInstances(grpc::ServerContext*, const v1::ListInstancesRequest*,
+  grpc::Status ListInstances(grpc::ServerContext*, const v1::ListInstancesRequest* request,
                              v1::ListInstancesResponse* response) override {
     std::lock_guard lock(r_->mu);
     ++r_->calls;
+    const std::size_t call = static_cast<std::size_t>(r_->list_instances_calls++);
+    if (!r_->instance_versions.empty()) {
+      response->set_scene_version(
+          r_->instance_versions[std::min(call, r_->instance_versions.size() - 1)]);
+      const bool first = request->page_token().empty();
+      response->add_instances()->set_instance_id(first ? 1 : 2);
+      if (first) response->set_next_page_token("1");
+      return grpc::Status::OK;
+    }
     for (const v1::Instance& i : r_->instances) *response->add_instances() = i;
+    response->set_next_page_token(NextPageToken(r_));
     return grpc::Status::OK;
   }
   grpc::Status SetPoses(grpc::ServerContext*, const v1::SetPosesRequest* request,
@@ -241,6 +275,7 @@ class FakeQueries final : public v1::QueryService::Service {
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, "limit"};
     }
     *response = r_->interference_answer;
+    response->set_next_page_token(NextPageToken(r_));
     return grpc::Status::OK;
   }
   grpc::Status ComputeDistance(grpc::ServerContext*, const v1::DistanceRequest* request,
@@ -355,6 +390,27 @@ class ClashctlCli : public ::testing::Test {
                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
                           name);
     return temp_files_.back();
+  }
+
+  // An earlier run's (passing) JUnit report at `path`.
+  static void WriteStaleReport(const std::string& path) {
+    std::ofstream(path, std::ios::trunc) << "<testsuites><testsuite name=\"old\" tests=\"1\"/>";
+  }
+
+  static std::string ReadText(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  // The client library on the fakes.
+  std::unique_ptr<client::Client> FakeClient() {
+    client::ClientOptions options;
+    options.target = "127.0.0.1:" + std::to_string(port_);
+    absl::StatusOr<std::unique_ptr<client::Client>> client = client::Client::Connect(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
   }
 
   Record record_;
@@ -496,31 +552,107 @@ TEST_F(ClashctlCli, CheckJsonAndJunit) {
 // report; before, the file was left as it was.
 TEST_F(ClashctlCli, AFailedCallReplacesTheJunitReportWithItsError) {
   const std::string junit = TempPath("clashctl_cli_failed.xml");
-  const auto stale = [&] {
-    std::ofstream(junit, std::ios::trunc) << "<testsuites><testsuite name=\"old\" tests=\"1\"/>";
-  };
-  const auto read = [&] {
-    std::ifstream in(junit);
-    std::stringstream xml;
-    xml << in.rdbuf();
-    return xml.str();
-  };
-  stale();
+  WriteStaleReport(junit);
   EXPECT_EQ(Cli({"check", "gone", "--junit", junit}).code, kExitError);
-  std::string xml = read();
+  std::string xml = ReadText(junit);
   EXPECT_THAT(xml, Not(HasSubstr("old")));
   EXPECT_THAT(xml, HasSubstr("<testsuite name=\"interference gone\" tests=\"1\" failures=\"0\" "
                              "errors=\"1\">"));
   EXPECT_THAT(xml, HasSubstr("<error type=\"NOT_FOUND\" message=\"clashctl: NOT_FOUND: no scene "
                              "gone\"/>"));
-  stale();
+  WriteStaleReport(junit);
   const std::string sequence = TempPath("clashctl_cli_failed.json");
   std::ofstream(sequence, std::ios::trunc) << "{}";
   EXPECT_EQ(Cli({"validate", "s42", sequence, "--junit", junit}).code, kExitError);
-  xml = read();
+  xml = ReadText(junit);
   EXPECT_THAT(xml, Not(HasSubstr("old")));
   EXPECT_THAT(xml, HasSubstr("<testsuite name=\"sequence s42\""));
   EXPECT_THAT(xml, HasSubstr("<error type=\"UNIMPLEMENTED\""));
+}
+
+// Once the command line names the --junit file, a failure before the call (a bad argument, an
+// unreadable token or TLS file, a value CLI11 cannot convert) replaces the report with one of
+// that error too; before, such a run exited 2 and left an earlier run's passing report.
+TEST_F(ClashctlCli, AFailureBeforeTheCallReplacesTheJunitReportToo) {
+  testing::ScopedEnv no_token("CLASH_TOKEN", "");
+  const std::string junit = TempPath("before_call.xml");
+  const std::string sequence = TempPath("before_call.json");
+  std::ofstream(sequence, std::ios::trunc) << "{}";
+  const struct {
+    std::vector<std::string> args;
+    const char* suite;
+    const char* message;
+  } cases[] = {
+      {{"check", "s42", "--junit", junit, "--allow", "nameless"},
+       "interference s42",
+       "is not NAME=SEL_A"},
+      {{"check", "s42", "--junit", junit, "--depth", "deep"}, "interference s42", "--depth: "},
+      {{"check", "s42", "--a", "bolts", "--junit", junit}, "interference s42", "--a: selector"},
+      {{"check", "s42", "--junit", junit, "--clearance-mm", "abc"},
+       "interference s42",
+       "--clearance-mm"},
+      {{"--token-file", "/nonexistent-token", "check", "s42", "--junit", junit},
+       "interference s42",
+       "cannot read a token: cannot read /nonexistent-token"},
+      {{"check", "s7", "--junit", junit, "--tls-ca", "/nonexistent-ca"},
+       "interference s7",
+       "cannot read the CA file"},
+      {{"validate", "s42", "/nonexistent.json", "--junit", junit},
+       "sequence s42",
+       "cannot read /nonexistent.json"},
+      {{"validate", "s42", sequence, "--junit", junit, "--token-file", "/dev/null"},
+       "sequence s42",
+       "/dev/null is not a regular file"},
+      {{"--timeout", "0", "validate", "s42", sequence, "--junit", junit},
+       "sequence s42",
+       "--timeout must be"},
+  };
+  for (const auto& c : cases) {
+    WriteStaleReport(junit);
+    const Result r = Cli(c.args);
+    EXPECT_EQ(r.code, kExitUsage) << ::testing::PrintToString(c.args) << "\n" << r.err;
+    const std::string xml = ReadText(junit);
+    EXPECT_THAT(xml, Not(HasSubstr("old"))) << ::testing::PrintToString(c.args);
+    EXPECT_THAT(xml, HasSubstr(absl::StrCat("<testsuite name=\"", c.suite,
+                                            "\" tests=\"1\" failures=\"0\" errors=\"1\">")))
+        << ::testing::PrintToString(c.args);
+    EXPECT_THAT(xml, HasSubstr("<error type=\"INVALID_ARGUMENT\" message=\"clashctl: "
+                               "INVALID_ARGUMENT: "))
+        << ::testing::PrintToString(c.args);
+    EXPECT_THAT(xml, HasSubstr(c.message)) << ::testing::PrintToString(c.args);
+  }
+  EXPECT_EQ(record_.calls, 0);
+  // Help is no failure: the report stays.
+  WriteStaleReport(junit);
+  EXPECT_EQ(Cli({"check", "s42", "--junit", junit, "--help"}).code, kExitOk);
+  EXPECT_THAT(ReadText(junit), HasSubstr("old"));
+}
+
+// Input files must be regular files of bounded size: /dev/zero as --rays, a sequence file or a
+// --token-file grew memory until the process was killed, and a FIFO blocked for ever. Each is
+// a usage error now, before any call. (Devices here are /dev/null, which ends at once, so that
+// a regression fails instead of exhausting memory; ReadRegularFile's test reads /dev/zero and a
+// FIFO.)
+TEST_F(ClashctlCli, InputFilesMustBeRegularFilesOfBoundedSize) {
+  testing::ScopedEnv no_token("CLASH_TOKEN", "");
+  const std::string big_pem = TempPath("big.pem");
+  std::ofstream(big_pem, std::ios::binary) << std::string((4 << 20) + 1, 'A');
+  const struct {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"pick", "s42", "--rays", "/dev/null"}, "/dev/null is not a regular file"},
+      {{"validate", "s42", "/dev/null"}, "/dev/null is not a regular file"},
+      {{"--token-file", "/dev/null", "health"}, "cannot read a token: /dev/null is not a regular"},
+      {{"--tls-ca", "/dev/null", "health"}, "cannot read the CA file: /dev/null is not a regular"},
+      {{"--tls-ca", big_pem, "health"}, big_pem + " is larger than 4 MiB"},
+  };
+  for (const auto& c : cases) {
+    const Result r = Cli(c.args);
+    EXPECT_EQ(r.code, kExitUsage) << ::testing::PrintToString(c.args) << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << ::testing::PrintToString(c.args);
+  }
+  EXPECT_EQ(record_.calls, 0);
 }
 
 // RESOURCE_EXHAUSTED is retried only when the server marks it transient (clash-retryable):
@@ -713,11 +845,9 @@ TEST_F(ClashctlCli, ImportDrawsABarOnATerminal) {
 TEST_F(ClashctlCli, TheLibrarysImportRefusesAFileOfUnknownSize) {
   const std::string fifo = TempPath("clashctl_cli_import.fifo");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  client::ClientOptions options;
-  options.target = "127.0.0.1:" + std::to_string(port_);
-  auto client = client::Client::Connect(options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  const absl::StatusOr<v1::ImportCadResponse> imported = (*client)->ImportCad(fifo);
+  const std::unique_ptr<client::Client> client = FakeClient();
+  ASSERT_NE(client, nullptr);
+  const absl::StatusOr<v1::ImportCadResponse> imported = client->ImportCad(fifo);
   EXPECT_EQ(imported.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(imported.status().message()), HasSubstr("not a regular file"));
   EXPECT_EQ(record_.calls, 0);
@@ -753,6 +883,72 @@ TEST_F(ClashctlCli, NamesFromTheServerCannotDriveTheTerminal) {
   const Result json = Cli({"--json", "scene", "create", name});
   EXPECT_EQ(nlohmann::json::parse(json.out)["name"], name);
   EXPECT_EQ(json.out.find('\x1b'), std::string::npos);
+}
+
+// An error message or a name the server sends back cannot fake a line: the output filters keep
+// line breaks (and stderr carriage returns), so these are replaced where they are printed.
+TEST_F(ClashctlCli, ServerMessagesAndNamesCannotFakeLines) {
+  Result r = Cli({"scene", "show", "s9\nclashctl: all is well\r"});
+  EXPECT_EQ(r.code, kExitError);
+  EXPECT_EQ(r.err, "clashctl: NOT_FOUND: no scene s9?clashctl: all is well?\n");
+  r = Cli({"scene", "create", "cell\nFAKE LINE\r"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.out, "created scene s42 (cell?FAKE LINE?)\n");
+}
+
+// A server that hands out a page token it gave before would keep a listing going for ever:
+// the client stops with INTERNAL at the first repeated token. (The fake repeats its token 20
+// times: a client that follows it ends, having listed everything 10 times over.)
+TEST_F(ClashctlCli, AListingStopsWhenThePageTokenDoesNotAdvance) {
+  record_.list_token_left = 20;
+  Result r = Cli({"scene", "list"});
+  EXPECT_EQ(r.code, kExitError) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("clashctl: INTERNAL: the server repeated a page token while "
+                               "listing scenes"));
+  EXPECT_EQ(record_.calls, 2);
+  r = Cli({"scene", "show", "s42"});  // GetScene, then ListInstances
+  EXPECT_EQ(r.code, kExitError) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("clashctl: INTERNAL: the server repeated a page token while "
+                               "listing instances"));
+  EXPECT_EQ(record_.calls, 2 + 3);
+  r = Cli({"check", "s42"});
+  EXPECT_EQ(r.code, kExitError) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("listing clashes"));
+  EXPECT_EQ(record_.calls, 5 + 2);
+  const std::unique_ptr<client::Client> client = FakeClient();
+  ASSERT_NE(client, nullptr);
+  const absl::StatusOr<std::vector<v1::Part>> parts = client->ListParts();
+  EXPECT_EQ(parts.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(parts.status().message()), HasSubstr("listing parts"));
+  EXPECT_EQ(record_.calls, 7 + 2);
+}
+
+// ListInstances pages continue from an instance id, so pages of two scene versions may miss
+// instances or mix old and new poses. When the version changes between pages the listing
+// starts again, once; a second change is ABORTED (before, the pages were merged whatever their
+// versions).
+TEST_F(ClashctlCli, ListInstancesStartsAgainWhenTheSceneChangesBetweenPages) {
+  const std::unique_ptr<client::Client> client = FakeClient();
+  ASSERT_NE(client, nullptr);
+  // The versions of the answers in turn, and the calls they take.
+  for (const auto& [versions, calls] :
+       {std::pair{std::vector<uint64_t>{7}, 2}, std::pair{std::vector<uint64_t>{3, 4, 4, 4}, 4}}) {
+    record_.list_instances_calls = 0;
+    record_.instance_versions = versions;
+    const absl::StatusOr<std::vector<v1::Instance>> listed = client->ListInstances("s42");
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    std::vector<uint64_t> ids;
+    for (const v1::Instance& i : *listed) ids.push_back(i.instance_id());
+    EXPECT_THAT(ids, ElementsAre(1u, 2u));
+    EXPECT_EQ(record_.list_instances_calls, calls);
+  }
+  record_.list_instances_calls = 0;
+  record_.instance_versions = {3, 4, 5, 6};
+  const absl::StatusOr<std::vector<v1::Instance>> listed = client->ListInstances("s42");
+  EXPECT_EQ(listed.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(listed.status().message()),
+              HasSubstr("scene s42 changed while its instances were listed (version 5, then 6)"));
+  EXPECT_EQ(record_.list_instances_calls, 4);
 }
 
 TEST_F(ClashctlCli, DistancePickInfoAndHealth) {

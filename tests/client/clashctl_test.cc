@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -19,6 +21,7 @@
 #include "clash/client/client.h"
 #include "clashctl/args.h"
 #include "clashctl/format.h"
+#include "google/protobuf/text_format.h"
 #include "testing/status_matchers.h"
 #include "testing/temp_dir.h"
 
@@ -324,6 +327,60 @@ TEST(ParseAllowRule, RejectsEmptySides) {
   EXPECT_EQ(r->b().ByteSizeLong(), 0u);
 }
 
+// "fit=group:bolts/group:nuts" names no classes, but the text after its last ':' was taken for
+// them: "unknown clash class 'nuts'". When that text is no class list and the part before the
+// ':' reads as one selector ("group:bolts/group"), the whole text read as two selectors wins.
+TEST(ParseAllowRule, TwoSelectorsWithoutClasses) {
+  for (const auto& [text, rule] : {
+           std::pair{"fit=group:bolts/group:nuts",
+                     R"(name: "fit" a { groups: "bolts" } b { groups: "nuts" })"},
+           {"fit=path:left/path:right",
+            R"(name: "fit" a { path_prefixes: "left" } b { path_prefixes: "right" })"},
+           {"fit=path:a/5/path:c",
+            R"(name: "fit" a { path_prefixes: "a/5" } b { path_prefixes: "c" })"},
+       }) {
+    const absl::StatusOr<v1::AllowedInterference> r = ParseAllowRule(text);
+    ASSERT_THAT(r, IsOk()) << text;
+    EXPECT_EQ(r->ShortDebugString(), rule) << text;
+  }
+  // A mistyped class is still refused, after one selector or two.
+  EXPECT_THAT(ParseAllowRule("x=group:bolts:hardd"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "unknown clash class 'hardd'"));
+  EXPECT_THAT(ParseAllowRule("x=group:bolts/group:nuts:hardd"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "unknown clash class 'hardd'"));
+}
+
+// "path:motor/4711" was path:motor against instance 4711 (the first '/' where both sides
+// parse), though 4711 may as well be a segment of the path: a rule meant for the path
+// motor/4711 silently suppressed motor's clashes with instance 4711. An id or `all` right after
+// a path item's '/' is refused, saying how to write either reading.
+TEST(ParseAllowRule, AnIdOrAllAfterAPathsSlashIsAmbiguous) {
+  for (const char* text : {"fit=path:motor/4711", "fit=path:motor/all", "fit=path:motor/4711:hard",
+                           "fit=group:g,path:motor/12,group:h", "fit=path:a:2/5"}) {
+    EXPECT_THAT(ParseAllowRule(text), StatusIs(absl::StatusCode::kInvalidArgument, "is ambiguous"))
+        << text;
+  }
+  EXPECT_THAT(ParseAllowRule("fit=path:motor/4711"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "write '4711/path:motor' for path:motor against 4711 (the sides swapped), "
+                       "or 'path:motor/4711/path:motor/4711' for any two instances"));
+  // Both readings, written as the message says; an id after a group's '/' is not ambiguous (a
+  // group name never holds a selector).
+  for (const auto& [text, rule] : {
+           std::pair{"fit=4711/path:motor",
+                     R"(name: "fit" a { instance_ids: 4711 } b { path_prefixes: "motor" })"},
+           {"fit=path:motor/4711/path:motor/4711",
+            R"(name: "fit" a { path_prefixes: "motor/4711" } b { path_prefixes: "motor/4711" })"},
+           {"fit=all/path:motor:hard",
+            R"(name: "fit" a { } b { path_prefixes: "motor" } classes: HARD)"},
+           {"fit=group:g/5", R"(name: "fit" a { groups: "g" } b { instance_ids: 5 })"},
+       }) {
+    const absl::StatusOr<v1::AllowedInterference> r = ParseAllowRule(text);
+    ASSERT_THAT(r, IsOk()) << text;
+    EXPECT_EQ(r->ShortDebugString(), rule) << text;
+  }
+}
+
 TEST(ParseClashClass, NamesAnyCase) {
   EXPECT_EQ(*ParseClashClass("CLEARANCE"), v1::CLEARANCE);
   EXPECT_EQ(*ParseClashClass("contained"), v1::CONTAINED);
@@ -515,6 +572,15 @@ TEST(XmlEscape, SpecialAndControlCharacters) {
   EXPECT_EQ(XmlEscape("a<b>&\"c'\n\x01"), "a&lt;b&gt;&amp;&quot;c&apos;&#10;?");
 }
 
+// U+FFFE and U+FFFF are no XML 1.0 characters (a strict parser rejects the report); before, they
+// went through. U+FFFD and other characters stay.
+TEST(XmlEscape, NonCharactersFffeAndFfff) {
+  EXPECT_EQ(XmlEscape("a\xef\xbf\xbe"
+                      "b\xef\xbf\xbf"
+                      "c\xef\xbf\xbd\xc3\xa4\xef\xbf"),
+            "a?b?c\xef\xbf\xbd\xc3\xa4\xef\xbf");
+}
+
 // Runs python3's XML parser on `xml` and returns one line per element of interest, or
 // "UNAVAILABLE" when python3 cannot run.
 std::string ParseWithPython(const std::string& xml) {
@@ -590,6 +656,12 @@ TEST(JunitReport, NoHardClashesPasses) {
 TEST(ErrorLine, CodeNameAndMessage) {
   EXPECT_EQ(ErrorLine(absl::NotFoundError("no scene s1")), "clashctl: NOT_FOUND: no scene s1");
   EXPECT_EQ(ErrorLine(absl::UnavailableError("down")), "clashctl: UNAVAILABLE: down");
+}
+
+// A server's message is one line: a line break in it (an id echoed back) cannot fake a line.
+TEST(ErrorLine, MessageWithoutControlCharacters) {
+  EXPECT_EQ(ErrorLine(absl::NotFoundError("no scene s1\nclashctl: ok\r\x1b[2J")),
+            "clashctl: NOT_FOUND: no scene s1?clashctl: ok??[2J");
 }
 
 TEST(ToJson, ProtoFieldNamesAndZeroValues) {
@@ -677,6 +749,49 @@ TEST(FormatAssembly, IndentedTreeByPath) {
                               "      nut  p9  at (0.000, 0.000, 0.000)\n"
                               "      bolt  p9  at (0.000, 0.000, 0.000)\n"
                               "    plate  p9  at (0.000, 0.000, 0.000)\n"));
+}
+
+// Outside tables too, names from CAD files and the server reach the output without control
+// characters: a "\n" or "\r" in an instance path, a warning, a step name, a blocker's path or
+// an escape direction cannot fake a line (before, they were printed raw).
+TEST(FormatAssembly, NamesWithoutControlCharacters) {
+  v1::Assembly a;
+  a.mutable_report()->add_warnings("face 7\nFAKE WARNING\r");
+  v1::AssemblyInstance* i = a.add_instances();
+  i->set_path("as1/bolt\nFAKE LINE\r\x1b[2J");
+  i->set_part_id("p9\n");
+  const std::string text = FormatAssembly(a);
+  EXPECT_THAT(text, HasSubstr("  - face 7?FAKE WARNING?\n"));
+  EXPECT_THAT(text, HasSubstr("    bolt?FAKE LINE??[2J  p9?  at "));
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  for (const std::string& line : Lines(text)) EXPECT_FALSE(line.starts_with("FAKE")) << line;
+
+  v1::ImportCadResponse imported;
+  *imported.mutable_assembly() = a;
+  EXPECT_THAT(FormatImport(imported), HasSubstr("  - face 7?FAKE WARNING?\n"));
+}
+
+TEST(FormatSequence, NamesWithoutControlCharacters) {
+  std::vector<v1::StepResult> steps(2);
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(step_index: 0
+           name: "insert\nFAKE STEP"
+           blocked_t: 0.5
+           blockers { path: "as1/nut\rFAKE" clash_class: HARD }
+           free_directions { name: "+x\nFAKE" })pb",
+      &steps[0]));
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(step_index: 1 ok: true min_clearance_path: "as1/plate\n\x1b[2J")pb", &steps[1]));
+  const std::string table = FormatSequence(steps, v1::SequenceSummary());
+  for (const char* shown :
+       {"insert?FAKE STEP", "as1/nut?FAKE (HARD)", "escape +x?FAKE", "as1/plate??[2J"}) {
+    EXPECT_THAT(table, HasSubstr(shown));
+  }
+  EXPECT_EQ(table.find('\r'), std::string::npos);
+  EXPECT_EQ(table.find('\x1b'), std::string::npos);
+  // The header, a step line and its escape direction, a step line, the summary.
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 5);
 }
 
 TEST(FormatPicks, HitsAndMisses) {
@@ -772,6 +887,51 @@ TEST(Client, TlsFilesWithoutTlsAreRefused) {
   }
 }
 
+// Input files are read only when regular and only up to a cap: /dev/zero grew memory until
+// the process was killed, a FIFO blocked for ever (before, every file was read whole).
+TEST(ReadRegularFile, OnlyRegularFilesUpToTheCap) {
+  const std::string dir = testing::MakeTempDir(::testing::TempDir(), "clashctl_read_");
+  ASSERT_FALSE(dir.empty());
+  const std::string file = dir + "/data";
+  std::ofstream(file, std::ios::binary) << std::string(1000, 'x');
+  EXPECT_THAT(client::ReadRegularFile(file, 1000), IsOk());
+  EXPECT_EQ(client::ReadRegularFile(file, 1000)->size(), 1000u);
+  EXPECT_THAT(client::ReadRegularFile(file, 999),
+              StatusIs(absl::StatusCode::kInvalidArgument, "is larger than 999 bytes"));
+  EXPECT_THAT(client::ReadRegularFile("/dev/zero", 1 << 20),
+              StatusIs(absl::StatusCode::kInvalidArgument, "/dev/zero is not a regular file"));
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(client::ReadRegularFile(fifo, 1 << 20),
+              StatusIs(absl::StatusCode::kInvalidArgument, "is not a regular file"));
+  EXPECT_THAT(client::ReadRegularFile(dir, 1 << 20),
+              StatusIs(absl::StatusCode::kInvalidArgument, "is not a regular file"));
+  EXPECT_THAT(client::ReadRegularFile(dir + "/missing", 1 << 20),
+              StatusIs(absl::StatusCode::kInvalidArgument, "cannot read " + dir + "/missing"));
+  // A /proc file says it is empty: the read still stops at the cap.
+  EXPECT_THAT(client::ReadRegularFile("/proc/self/maps", 16),
+              StatusIs(absl::StatusCode::kInvalidArgument, "is larger than 16 bytes"));
+  std::filesystem::remove_all(dir);
+}
+
+// A token file is read up to 64 KiB, and only when regular.
+TEST(FindToken, TheTokenFileIsARegularFileOfAtMost64KiB) {
+  testing::ScopedEnv no_token("CLASH_TOKEN", "");
+  const std::string dir = testing::MakeTempDir(::testing::TempDir(), "clashctl_token_");
+  ASSERT_FALSE(dir.empty());
+  const std::string file = dir + "/token";
+  std::ofstream(file, std::ios::binary) << "secret \r\n" << std::string((64 << 10) - 9, '#');
+  absl::StatusOr<std::string> token = client::FindToken(file);
+  ASSERT_THAT(token, IsOk());
+  EXPECT_EQ(*token, "secret");
+  std::ofstream(file, std::ios::binary | std::ios::app) << "#";
+  EXPECT_THAT(client::FindToken(file),
+              StatusIs(absl::StatusCode::kInvalidArgument, "is larger than 64 KiB"));
+  EXPECT_THAT(client::FindToken("/dev/zero"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "/dev/zero is not a regular file"));
+  std::filesystem::remove_all(dir);
+}
+
 // A token goes without TLS only to targets whose every address is on this machine.
 TEST(IsLoopbackTarget, OnlyAddressesOnThisMachine) {
   for (const char* target :
@@ -780,29 +940,16 @@ TEST(IsLoopbackTarget, OnlyAddressesOnThisMachine) {
         "ipv6:[::1]:50051", "unix:/tmp/clashd.sock", "unix-abstract:clashd"}) {
     EXPECT_TRUE(client::IsLoopbackTarget(target)) << target;
   }
-  for (const char* target : {"127.0.0.1.evil.example:50051",
-                             "127.evil.example:1",
-                             "localhost.evil.example:50051",
-                             "ipv4:127.0.0.1:1,10.0.0.5:50051",
-                             "ipv4:10.0.0.5:50051",
-                             "10.0.0.5:50051",
-                             "127.0.0.1,10.0.0.5:50051",
-                             "[::2]:50051",
-                             "[::1",
-                             "[::1]x",
-                             "ipv6:[::1]:1,[2001:db8::1]:2",
-                             "dns://8.8.8.8/localhost:50051",
-                             "dns:///",
-                             "",
-                             "127.0.0.256:1",
-                             "127.0.0:1",
-                             "example.com:443",
-                             "ipv4:127.0.0.1:1%2C10.0.0.5:443",
-                             "ipv6:[::1]:1%2C[2001:db8::1]:443",
-                             "127.0.0.1:1x,10.0.0.5:443",
-                             "localhost:50051:1",
-                             "[::1]:123456",
-                             "127.0.0.1:"}) {
+  for (const char* target :
+       {"127.0.0.1.evil.example:50051", "127.evil.example:1", "localhost.evil.example:50051",
+        "ipv4:127.0.0.1:1,10.0.0.5:50051", "ipv4:10.0.0.5:50051", "10.0.0.5:50051",
+        "127.0.0.1,10.0.0.5:50051", "[::2]:50051", "[::1", "[::1]x", "ipv6:[::1]:1,[2001:db8::1]:2",
+        "dns://8.8.8.8/localhost:50051", "dns:///", "", "127.0.0.256:1", "127.0.0:1",
+        "example.com:443", "ipv4:127.0.0.1:1%2C10.0.0.5:443", "ipv6:[::1]:1%2C[2001:db8::1]:443",
+        "127.0.0.1:1x,10.0.0.5:443", "localhost:50051:1", "[::1]:123456", "127.0.0.1:",
+        // absl::SimpleAtoi takes a sign and spaces; an octet does not.
+        "127.0.0.+1:50051", "127.0.0.-0:50051", "127.+0.0.1", "127.0.0. 1:50051",
+        "127.0.0.1 :50051"}) {
     EXPECT_FALSE(client::IsLoopbackTarget(target)) << target;
   }
 }

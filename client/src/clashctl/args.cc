@@ -141,12 +141,44 @@ absl::StatusOr<v1::InstanceSelector> ParseRuleSelector(std::string_view text) {
   return ParseSelector(text);
 }
 
-// Both selectors of "SEL_A[/SEL_B]": SEL_B starts after the first '/' where both sides parse.
-absl::Status ParseSelectorPair(std::string_view text, v1::AllowedInterference* out) {
+// The first and the last comma-separated item of a selector text, trimmed.
+std::string_view FirstItem(std::string_view text) { return Trim(text.substr(0, text.find(','))); }
+std::string_view LastItem(std::string_view text) {
+  const std::size_t comma = text.rfind(',');
+  return Trim(comma == std::string_view::npos ? text : text.substr(comma + 1));
+}
+
+// OK unless SEL_B begins with a bare id or `all` right after a path item's '/': in
+// "path:motor/4711" that segment may as well be part of the path, and reading it as SEL_B would
+// suppress clashes nobody meant to. The message says how to write either reading.
+absl::Status CheckUnambiguousSplit(std::string_view a_text, std::string_view b_text) {
+  const std::string_view path = LastItem(a_text);
+  const std::string_view next = FirstItem(b_text);
+  if (!path.starts_with("path:") || (next != "all" && !AllDigits(next))) return absl::OkStatus();
+  const std::string_view a = Trim(a_text);
+  const std::string_view b = Trim(b_text);
+  return Invalid("'", std::string(a), "/", std::string(b), "' is ambiguous: '", std::string(next),
+                 "' after the '/' of a path may be a path segment or the second selector; write '",
+                 std::string(b), "/", std::string(a), "' for ", std::string(a), " against ",
+                 std::string(b), " (the sides swapped), or '", std::string(a), "/", std::string(b),
+                 "/", std::string(a), "/", std::string(b),
+                 "' for any two instances of the one selector (it on both sides)");
+}
+
+// Both selectors of "SEL_A[/SEL_B]": SEL_B starts after the first '/' where both sides parse
+// (refused when that split is ambiguous: CheckUnambiguousSplit, with `*ambiguous` set).
+absl::Status ParseSelectorPair(std::string_view text, v1::AllowedInterference* out,
+                               bool* ambiguous = nullptr) {
+  if (ambiguous != nullptr) *ambiguous = false;
   for (std::size_t at = text.find('/'); at != std::string_view::npos; at = text.find('/', at + 1)) {
     absl::StatusOr<v1::InstanceSelector> a = ParseRuleSelector(text.substr(0, at));
     absl::StatusOr<v1::InstanceSelector> b = ParseRuleSelector(text.substr(at + 1));
     if (a.ok() && b.ok()) {
+      if (absl::Status st = CheckUnambiguousSplit(text.substr(0, at), text.substr(at + 1));
+          !st.ok()) {
+        if (ambiguous != nullptr) *ambiguous = true;
+        return st;
+      }
       *out->mutable_a() = *std::move(a);
       *out->mutable_b() = *std::move(b);
       return absl::OkStatus();
@@ -304,15 +336,25 @@ absl::StatusOr<v1::AllowedInterference> ParseAllowRule(std::string_view text) {
     const std::string_view tail = body.substr(colon + 1);
     absl::StatusOr<std::vector<v1::ClashClass>> classes = ParseClassList(tail);
     v1::AllowedInterference with_classes = rule;
-    if (ParseSelectorPair(head, &with_classes).ok()) {
-      if (classes.ok()) {
-        for (v1::ClashClass c : *classes) with_classes.add_classes(c);
-        return with_classes;
+    bool ambiguous = false;
+    const absl::Status head_status = ParseSelectorPair(head, &with_classes, &ambiguous);
+    if (head_status.ok() && classes.ok()) {
+      for (v1::ClashClass c : *classes) with_classes.add_classes(c);
+      return with_classes;
+    }
+    if (ambiguous && classes.ok()) {
+      return Invalid("allow rule '", std::string(text), "': ", head_status.message());
+    }
+    // Letters after the last ':' that are no class list: the name of a second selector's group
+    // or path ("group:bolts/group:nuts", whose head reads as the one group "bolts/group") when
+    // the whole body reads as two selectors and the head as one (the two-sided reading wins),
+    // else a mistyped class (paths get ":<n>" suffixes, not letters).
+    if (head_status.ok() && AllLettersOrCommas(tail)) {
+      v1::AllowedInterference two_sided = rule;
+      if (!with_classes.has_b() && ParseSelectorPair(body, &two_sided).ok() && two_sided.has_b()) {
+        return two_sided;
       }
-      // Letters after the ':' can only be meant as classes (paths get ":<n>" suffixes).
-      if (AllLettersOrCommas(tail)) {
-        return Invalid("allow rule '", std::string(text), "': ", classes.status().message());
-      }
+      return Invalid("allow rule '", std::string(text), "': ", classes.status().message());
     }
   }
   absl::Status status = ParseSelectorPair(body, &rule);

@@ -47,9 +47,11 @@ namespace clash::clashctl {
 
 /// An allowed-interference rule "NAME=SEL_A[/SEL_B][:CLASSES]". CLASSES is a comma-separated
 /// list of class names after the last ':' (when that text is such a list and what precedes it
-/// still parses; otherwise the ':' belongs to a selector). SEL_B starts at the first '/' that is
-/// followed by a selector item (`group:`, `path:`, `all`, or an instance id ending at ',', '/',
-/// ':' or the end); other slashes belong to paths.
+/// still parses; otherwise the ':' belongs to a selector, and letters after it that are no
+/// class list are refused unless the whole text reads as SEL_A/SEL_B, as in
+/// "group:bolts/group:nuts"). SEL_B starts after the first '/' at which both sides parse; other
+/// slashes belong to paths. That '/' may not follow a `path:` item when SEL_B begins with an
+/// instance id or `all` ("path:motor/4711" is refused as ambiguous).
 [[nodiscard]] absl::StatusOr<v1::AllowedInterference> ParseAllowRule(std::string_view text);
 
 /// Rays from text with one "ox oy oz dx dy dz" per line (whitespace-separated; blank lines and

@@ -8,7 +8,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <utility>
 
 #include "CLI/CLI.hpp"
@@ -91,15 +90,43 @@ class Session {
 
   /// A usage error: the message, a hint, kExitUsage.
   int Usage(const absl::Status& status) {
-    err_ << "clashctl: " << status.message() << "\nRun with --help for more information.\n";
+    ReportFailure(status);
+    err_ << "clashctl: " << WithoutControls(std::string(status.message()))
+         << "\nRun with --help for more information.\n";
     return kExitUsage;
   }
   int Usage(const std::string& message) { return Usage(absl::InvalidArgumentError(message)); }
 
   /// An error from the server (or the connection): "clashctl: CODE: message", kExitError.
   int Failed(const absl::Status& status) {
+    ReportFailure(status);
     err_ << ErrorLine(status) << "\n";
     return kExitError;
+  }
+
+  /// From now on, a failure (Usage or Failed) writes a JUnit report of its error, in the suite
+  /// `suite`, to the --junit file `path`, so that no earlier run's report stays there.
+  void ReportFailuresTo(std::string path, std::string suite) {
+    junit_path_ = std::move(path);
+    junit_suite_ = std::move(suite);
+  }
+
+  /// The JUnit report of a failure, when ReportFailuresTo named a file (Usage and Failed call it).
+  void ReportFailure(const absl::Status& status) {
+    const std::string path = junit_path_;
+    WriteJunit(path, JunitErrorReport(junit_suite_, status));
+  }
+
+  /// Writes a --junit report to `path` (nothing when it is empty); false, after saying so, when
+  /// the file cannot be written. Failures no longer write to it: it holds the run's report.
+  bool WriteJunit(const std::string& path, const std::string& report) {
+    if (path == junit_path_) junit_path_.clear();
+    if (path.empty()) return true;
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);
+    file << report;
+    file.close();
+    if (!file) err_ << "clashctl: cannot write " << path << "\n";
+    return static_cast<bool>(file);
   }
 
   bool json() const { return globals_.json; }
@@ -118,6 +145,8 @@ class Session {
   std::ostream& err_;
   Terminal terminal_;
   std::unique_ptr<client::Client> client_;
+  std::string junit_path_;
+  std::string junit_suite_;
 };
 
 // Pose options shared by import, place and move.
@@ -136,12 +165,11 @@ struct PoseArgs {
   absl::StatusOr<v1::Pose> Parse() const { return ParsePose(at, rot_deg, quat); }
 };
 
+// Ray and sequence files: text, far below this in any real use.
+constexpr std::size_t kMaxInputFileBytes = std::size_t{256} << 20;
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return client::ReadRegularFile(path, kMaxInputFileBytes);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -256,7 +284,7 @@ int RunImport(Session& s, const ImportArgs& a) {
       s.out() << DumpJson(doc) << "\n";
     }
   } else if (s.quiet()) {
-    s.out() << imported->assembly().assembly_id() << "\n";
+    s.out() << WithoutControls(imported->assembly().assembly_id()) << "\n";
   } else {
     s.out() << FormatImport(*imported);
     if (added) {
@@ -276,9 +304,10 @@ int RunSceneCreate(Session& s, const std::string& name) {
   if (s.json()) {
     s.out() << ToJson(*scene) << "\n";
   } else if (s.quiet()) {
-    s.out() << scene->scene_id() << "\n";
+    s.out() << WithoutControls(scene->scene_id()) << "\n";
   } else {
-    s.out() << "created scene " << scene->scene_id() << " (" << scene->name() << ")\n";
+    s.out() << "created scene " << WithoutControls(scene->scene_id()) << " ("
+            << WithoutControls(scene->name()) << ")\n";
   }
   return kExitOk;
 }
@@ -291,7 +320,7 @@ int RunSceneList(Session& s) {
     for (v1::Scene& scene : *scenes) *all.add_scenes() = std::move(scene);
     s.out() << ToJson(all) << "\n";
   } else if (s.quiet()) {
-    for (const v1::Scene& scene : *scenes) s.out() << scene.scene_id() << "\n";
+    for (const v1::Scene& scene : *scenes) s.out() << WithoutControls(scene.scene_id()) << "\n";
   } else {
     s.out() << FormatSceneList(*scenes);
   }
@@ -496,17 +525,6 @@ absl::Status ParseSets(const std::string& a, const std::optional<std::string>& b
   return absl::OkStatus();
 }
 
-// Writes a --junit report to `path` (nothing when it is empty); false, after saying so, when
-// the file cannot be written.
-bool WriteJunit(Session& s, const std::string& path, const std::string& report) {
-  if (path.empty()) return true;
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << report;
-  file.close();
-  if (!file) s.err() << "clashctl: cannot write " << path << "\n";
-  return static_cast<bool>(file);
-}
-
 struct CheckArgs {
   std::string scene;
   std::string a;
@@ -545,17 +563,13 @@ int RunCheck(Session& s, const CheckArgs& a) {
   }
 
   absl::StatusOr<v1::InterferenceResponse> response = s.client().CheckInterference(request);
-  if (!response.ok()) {
-    WriteJunit(s, a.junit,
-               JunitErrorReport(absl::StrCat("interference ", a.scene), response.status()));
-    return s.Failed(response.status());
-  }
+  if (!response.ok()) return s.Failed(response.status());  // also the --junit report
   if (s.json()) {
     s.out() << ToJson(*response) << "\n";
   } else if (s.human()) {
     s.out() << FormatInterference(*response, a.all_classes);
   }
-  if (!WriteJunit(s, a.junit, JunitReport(a.scene, *response))) return kExitUsage;
+  if (!s.WriteJunit(a.junit, JunitReport(a.scene, *response))) return kExitUsage;
   return CheckExitCode(*response);
 }
 
@@ -644,10 +658,7 @@ int RunValidate(Session& s, const ValidateArgs& a) {
             << std::flush;
   });
   if (bar) s.err() << "\r" << std::string(40, ' ') << "\r" << std::flush;
-  if (!report.ok()) {
-    WriteJunit(s, a.junit, JunitErrorReport(absl::StrCat("sequence ", a.scene), report.status()));
-    return s.Failed(report.status());
-  }
+  if (!report.ok()) return s.Failed(report.status());  // also the --junit report
   if (s.json()) {
     nlohmann::ordered_json steps = nlohmann::ordered_json::array();
     for (const v1::StepResult& step : report->steps) steps.push_back(ToJsonValue(step));
@@ -657,7 +668,7 @@ int RunValidate(Session& s, const ValidateArgs& a) {
   } else if (s.human()) {
     s.out() << FormatSequence(report->steps, report->summary);
   }
-  if (!WriteJunit(s, a.junit, SequenceJunitReport(a.scene, report->steps, report->summary))) {
+  if (!s.WriteJunit(a.junit, SequenceJunitReport(a.scene, report->steps, report->summary))) {
     return kExitUsage;
   }
   if (!a.html.empty()) {
@@ -1001,6 +1012,19 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   health_cmd->add_option("--service", health_service, "service name (default: the server)");
   on_run(health_cmd, [&] { return RunHealth(session, health_service); });
 
+  // Once the command line names check's or validate's --junit file, every failure writes its
+  // error there (read from CLI11's results: after a parse error the variables may be unset).
+  const auto report_failures = [&] {
+    for (const auto& [cmd, suite] :
+         {std::pair{check_cmd, "interference "}, std::pair{validate_cmd, "sequence "}}) {
+      const CLI::Option* junit = cmd->get_option("--junit");
+      const CLI::Option* scene = cmd->get_option("SCENE_ID");
+      if (!cmd->parsed() || junit->results().empty() || junit->results().back().empty()) continue;
+      session.ReportFailuresTo(
+          junit->results().back(),
+          absl::StrCat(suite, scene->results().empty() ? "" : scene->results().front()));
+    }
+  };
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());
   try {
@@ -1012,8 +1036,12 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       return session.Usage(absl::StrCat("unknown command '", app.remaining().front(), "'"));
     }
     const int code = app.exit(e, out, err);
-    return code == static_cast<int>(CLI::ExitCodes::Success) ? kExitOk : kExitUsage;
+    if (code == static_cast<int>(CLI::ExitCodes::Success)) return kExitOk;
+    report_failures();
+    session.ReportFailure(absl::InvalidArgumentError(e.what()));
+    return kExitUsage;
   }
+  report_failures();
   // NaN fails both comparisons; the upper bound keeps the milliseconds in range.
   if (globals.timeout_s && !(*globals.timeout_s > 0 && *globals.timeout_s <= 1e7)) {
     return session.Usage("--timeout must be a number of seconds in (0, 1e7]");

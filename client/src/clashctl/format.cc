@@ -126,7 +126,9 @@ void AddReportRows(const v1::ImportReport& r, Table* kv) {
 std::string ReportWarnings(const v1::ImportReport& r) {
   if (r.warnings().empty()) return "";
   std::string out = "warnings:\n";
-  for (const std::string& w : r.warnings()) absl::StrAppend(&out, "  - ", w, "\n");
+  for (const std::string& w : r.warnings()) {
+    absl::StrAppend(&out, "  - ", WithoutControls(w), "\n");
+  }
   return out;
 }
 
@@ -140,7 +142,7 @@ int CheckExitCode(const v1::InterferenceResponse& response) {
 
 std::string ErrorLine(const absl::Status& status) {
   return absl::StrCat("clashctl: ", absl::StatusCodeToString(status.code()), ": ",
-                      status.message());
+                      WithoutControls(std::string(status.message())));
 }
 
 std::string ToJson(const google::protobuf::Message& message) {
@@ -356,9 +358,9 @@ std::string FormatAssembly(const v1::Assembly& a) {
       ++common;
     }
     for (std::size_t d = common; d < names.size(); ++d) {
-      absl::StrAppend(&out, std::string(2 * (d + 1), ' '), names[d]);
+      absl::StrAppend(&out, std::string(2 * (d + 1), ' '), WithoutControls(names[d]));
       if (d + 1 == names.size()) {
-        absl::StrAppend(&out, "  ", inst.part_id(), "  at ",
+        absl::StrAppend(&out, "  ", WithoutControls(inst.part_id()), "  at ",
                         FormatVec3(inst.pose().translation_mm()));
       }
       absl::StrAppend(&out, "\n");
@@ -444,7 +446,15 @@ std::string FormatInterferenceSummary(const v1::InterferenceResponse& r) {
 std::string XmlEscape(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (char c : text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    // U+FFFE and U+FFFF are not XML 1.0 characters either.
+    if (const std::string_view next = text.substr(i, 3);
+        next == "\xef\xbf\xbe" || next == "\xef\xbf\xbf") {
+      out += '?';
+      i += 2;
+      continue;
+    }
     switch (c) {
       case '&':
         out += "&amp;";
@@ -605,15 +615,16 @@ std::string FormatSequence(const std::vector<v1::StepResult>& steps,
     const std::string clearance = std::isfinite(step.min_clearance_mm())
                                       ? absl::StrFormat("%.3f", step.min_clearance_mm())
                                       : std::string("-");
-    absl::StrAppendFormat(&out, "%-4d %-28s %-8s %9s %9s %12s  %s\n", step.step_index() + 1,
-                          StepName(step),
-                          step.ok()          ? "ok"
-                          : step.undecided() ? "UNDECIDED"
-                                             : "BLOCKED",
-                          step.ok() ? "-" : absl::StrFormat("%.4f", step.blocked_t()), contact,
-                          clearance, step.ok() ? step.min_clearance_path() : StepProblem(step));
+    absl::StrAppendFormat(
+        &out, "%-4d %-28s %-8s %9s %9s %12s  %s\n", step.step_index() + 1,
+        WithoutControls(StepName(step)),
+        step.ok()          ? "ok"
+        : step.undecided() ? "UNDECIDED"
+                           : "BLOCKED",
+        step.ok() ? "-" : absl::StrFormat("%.4f", step.blocked_t()), contact, clearance,
+        WithoutControls(step.ok() ? step.min_clearance_path() : StepProblem(step)));
     for (const v1::FreeDirection& d : step.free_directions()) {
-      absl::StrAppendFormat(&out, "       escape %-4s %s (%.1f mm)\n", d.name(),
+      absl::StrAppendFormat(&out, "       escape %-4s %s (%.1f mm)\n", WithoutControls(d.name()),
                             d.free()        ? "free"
                             : d.undecided() ? "undecided"
                                             : "blocked",

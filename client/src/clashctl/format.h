@@ -37,7 +37,8 @@ enum ExitCode : int {
 /// kExitFound when the answer holds an unsuppressed HARD or CONTAINED clash, else kExitOk.
 [[nodiscard]] int CheckExitCode(const v1::InterferenceResponse& response);
 
-/// "clashctl: <CODE_NAME>: <message>", e.g. "clashctl: NOT_FOUND: no scene s12".
+/// "clashctl: <CODE_NAME>: <message>", e.g. "clashctl: NOT_FOUND: no scene s12"; the message
+/// without control characters (WithoutControls), so it cannot fake further lines.
 [[nodiscard]] std::string ErrorLine(const absl::Status& status);
 
 /// The message as JSON with proto field names; scalars with default values are printed too, so
@@ -137,7 +138,8 @@ class Table {
 /// "no hard clashes".
 [[nodiscard]] std::string JunitReport(std::string_view scene_id,
                                       const v1::InterferenceResponse& response);
-/// Text escaped for XML attributes and character data (&<>"' and control characters).
+/// Text escaped for XML attributes and character data (&<>"' and control characters); what
+/// XML 1.0 cannot hold at all (C0 controls but tab and line breaks, U+FFFE, U+FFFF) becomes '?'.
 [[nodiscard]] std::string XmlEscape(std::string_view text);
 
 /// The closest pair, or that none was found.

@@ -2,7 +2,8 @@
 // kind of call, and retries with exponential backoff for idempotent calls that failed with
 // UNAVAILABLE, or with RESOURCE_EXHAUSTED that the server marked transient (trailing metadata
 // clash-retryable: a full queue, a tenant's concurrency or rate limit). Listing calls follow
-// every page.
+// every page (INTERNAL when the server hands out a page token it gave before: the listing
+// would never end).
 #pragma once
 
 #include <chrono>
@@ -56,7 +57,14 @@ struct ClientOptions {
 
 /// A token for ClientOptions::token: $CLASH_TOKEN when set, else the first line of the file
 /// `path` (when not empty), else of the file named by $CLASH_TOKEN_FILE, else "" (no token).
+/// A token file must be a regular file of at most 64 KiB (INVALID_ARGUMENT otherwise).
 [[nodiscard]] absl::StatusOr<std::string> FindToken(const std::string& path = "");
+
+/// The contents of the regular file at `path`, at most `max_bytes` of them. INVALID_ARGUMENT
+/// when it cannot be opened or read, is not a regular file (a FIFO would wait for a writer,
+/// /dev/zero never end) or holds more; every message names the file.
+[[nodiscard]] absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
+                                                          std::size_t max_bytes);
 
 /// Upload progress: bytes sent so far and the file size.
 using ProgressFn = std::function<void(uint64_t sent, uint64_t total)>;
@@ -67,7 +75,8 @@ enum class Health { kServing, kNotServing, kUnknown };
 class Client {
  public:
   /// A client on a new channel to options.target, plaintext or TLS. INVALID_ARGUMENT when a
-  /// TLS file cannot be read or a token would go in plaintext to a non-loopback address.
+  /// TLS file cannot be read (or is not a regular file of at most 4 MiB) or a token would go in
+  /// plaintext to a non-loopback address.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const ClientOptions& options);
   /// A client on an existing channel (in-process servers, custom credentials).
@@ -97,6 +106,8 @@ class Client {
   [[nodiscard]] absl::Status DeleteScene(const std::string& scene_id);
   [[nodiscard]] absl::StatusOr<v1::AddInstancesResponse> AddInstances(
       const v1::AddInstancesRequest& request);
+  /// Every instance, from pages of one scene version: when the version changes between pages,
+  /// the listing starts again, once; ABORTED when it changes again.
   [[nodiscard]] absl::StatusOr<std::vector<v1::Instance>> ListInstances(
       const std::string& scene_id);
   [[nodiscard]] absl::StatusOr<uint64_t> SetPoses(const v1::SetPosesRequest& request);
