@@ -726,6 +726,11 @@ TEST(FormatSequence, OkBlockedAndUndecidedSteps) {
   EXPECT_THAT(table, HasSubstr("step 3                       UNDECIDED    0.7500"));
   EXPECT_THAT(table, HasSubstr("not decided: the sweep reached its iteration cap"));
   EXPECT_THAT(table, HasSubstr("3 steps: 1 ok, 2 blocked, 0 not run; first blocked: step 2"));
+  EXPECT_THAT(table, Not(HasSubstr("allowed pair")));
+  steps[0].set_suppressed_pairs(1201);  // counted below its step's line
+  EXPECT_THAT(FormatSequence(steps, summary),
+              HasSubstr("as1/plate\n       1201 allowed pairs left out of the sweep\n2 "));
+  steps[0].set_suppressed_pairs(0);
   const std::string junit = SequenceJunitReport("s1", steps, summary);
   EXPECT_THAT(junit, HasSubstr("<failure message=\"blocked at t=0.5\">as1/nut (HARD)</failure>"));
   EXPECT_THAT(

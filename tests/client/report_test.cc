@@ -231,6 +231,20 @@ TEST(SequenceHtmlReport, OneViewPerStepAndValidStructure) {
   EXPECT_EQ(data["parts"]["p2"]["box"], nlohmann::json::parse("[0.0,0.0,0.0,10.0,10.0,10.0]"));
 }
 
+// A step shows the τ its sweeps used, and of its allowed pairs the ones listed and how many
+// more there are.
+TEST(SequenceHtmlReport, ContactToleranceAndSuppressedPairs) {
+  Fixture f;
+  f.steps[1].set_contact_tolerance_mm(0.02);
+  f.steps[1].add_suppressed("asm/later / asm/block (fit)");
+  f.steps[1].set_suppressed_pairs(1201);
+  const std::string html = SequenceHtmlReport(f.Data());
+  EXPECT_THAT(html, HasSubstr("contact tolerance τ</th><td>0.020 mm"));
+  EXPECT_THAT(html, HasSubstr("asm/later / asm/block (fit)<br>… and 1200 more pairs"));
+  f.steps[1].set_suppressed_pairs(1);
+  EXPECT_THAT(SequenceHtmlReport(f.Data()), Not(HasSubstr("more pairs")));
+}
+
 TEST(SequenceHtmlReport, DataCannotCloseItsScript) {
   Fixture f;
   f.instances[1].set_path("asm/</script><script>alert(1)</script>");

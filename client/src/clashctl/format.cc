@@ -623,6 +623,10 @@ std::string FormatSequence(const std::vector<v1::StepResult>& steps,
                            : "BLOCKED",
         step.ok() ? "-" : absl::StrFormat("%.4f", step.blocked_t()), contact, clearance,
         WithoutControls(step.ok() ? step.min_clearance_path() : StepProblem(step)));
+    if (step.suppressed_pairs() > 0) {
+      absl::StrAppendFormat(&out, "       %d allowed pair%s left out of the sweep\n",
+                            step.suppressed_pairs(), step.suppressed_pairs() == 1 ? "" : "s");
+    }
     for (const v1::FreeDirection& d : step.free_directions()) {
       absl::StrAppendFormat(&out, "       escape %-4s %s (%.1f mm)\n", WithoutControls(d.name()),
                             d.free()        ? "free"

@@ -252,8 +252,14 @@ std::string StepSection(const v1::StepResult& step, std::size_t view_index) {
                        ? ""
                        : absl::StrCat(" to ", XmlEscape(step.min_clearance_path())),
                    step.clearance_violated() ? " <b>(below the clearance)</b>" : ""));
+  Row(&out, "contact tolerance τ", absl::StrCat(Mm(step.contact_tolerance_mm()), " mm"));
   Row(&out, "distance queries", absl::StrCat(step.distance_queries()));
-  if (!step.suppressed().empty()) Row(&out, "suppressed", EscapedLines(step.suppressed()));
+  if (!step.suppressed().empty()) {
+    const int64_t more = step.suppressed_pairs() - step.suppressed_size();
+    Row(&out, "suppressed",
+        absl::StrCat(EscapedLines(step.suppressed()),
+                     more > 0 ? absl::StrCat("<br>… and ", more, " more pairs") : ""));
+  }
   out += "</table>\n";
   if (!step.blockers().empty()) {
     out +=
