@@ -135,6 +135,10 @@ int main(int argc, char** argv) {
                  "hold it again on the next (health checks do not count); 0: hold it throughout")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--pair-cache-entries", config.pair_cache_entries,
+                 "Classified pairs kept for later checks, in all scenes together (about 200 "
+                 "bytes each); 0: none kept")
+      ->capture_default_str();
   app.add_option("--unserved-scene-retry-seconds", config.unserved_scene_retry_seconds,
                  "How often to try again to load a scene kept but not served (its part did not "
                  "load, its file did not read), backing off while it fails; 0: only at a start")

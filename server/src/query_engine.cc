@@ -723,10 +723,9 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
       for (std::size_t k : to_classify) {
         const Job& j = jobs[k];
         if (!j.done || !j.cacheable) continue;
-        if (scene.pair_cache.size() > 4'000'000) scene.pair_cache.clear();
-        scene.pair_cache[{j.ra->id, j.rb->id}] =
-            CachedPair{j.ra->pose_version, j.rb->pose_version, j.tol.contact_mm,
-                       j.tol.clearance_mm, j.tol.depth_cap_mm, j.pc};
+        scene.pair_cache.Put({j.ra->id, j.rb->id},
+                             CachedPair{j.ra->pose_version, j.rb->pose_version, j.tol.contact_mm,
+                                        j.tol.clearance_mm, j.tol.depth_cap_mm, j.pc});
       }
     }
     CLASH_RETURN_IF_ERROR(shared_stop.status());
@@ -751,13 +750,11 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     job.cacheable = !job.a.overridden && !job.b.overridden;
     if (job.cacheable) {
       std::lock_guard lock(scene.cache_mu);
-      auto it = scene.pair_cache.find({ra->id, rb->id});
-      if (it != scene.pair_cache.end() && it->second.pose_version_a == ra->pose_version &&
-          it->second.pose_version_b == rb->pose_version &&
-          it->second.contact_mm == job.tol.contact_mm &&
-          it->second.clearance_mm == job.tol.clearance_mm &&
-          it->second.depth_cap_mm >= job.tol.depth_cap_mm) {
-        job.pc = it->second.result;
+      const CachedPair* hit = scene.pair_cache.Find({ra->id, rb->id});
+      if (hit != nullptr && hit->pose_version_a == ra->pose_version &&
+          hit->pose_version_b == rb->pose_version && hit->contact_mm == job.tol.contact_mm &&
+          hit->clearance_mm == job.tol.clearance_mm && hit->depth_cap_mm >= job.tol.depth_cap_mm) {
+        job.pc = hit->result;
         job.done = true;
         summary->set_cached_pairs(summary->cached_pairs() + 1);
       }

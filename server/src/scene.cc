@@ -96,6 +96,40 @@ void Scene::Touch() {
   update_time_s = absl::ToUnixSeconds(absl::Now());
 }
 
+PairCache::PairCache(std::shared_ptr<PairCacheBudget> budget)
+    : budget_(budget != nullptr ? std::move(budget)
+                                : std::make_shared<PairCacheBudget>(kDefaultEntries)) {}
+
+const CachedPair* PairCache::Find(const Key& key) const {
+  auto it = map_.find(key);
+  return it == map_.end() ? nullptr : &it->second;
+}
+
+void PairCache::Put(const Key& key, const CachedPair& value) {
+  if (auto it = map_.find(key); it != map_.end()) {
+    it->second = value;
+    return;
+  }
+  // Take one entry of the budget (atomically: scenes fill their caches at once).
+  const auto take = [&] {
+    std::size_t used = budget_->used_.load(std::memory_order_relaxed);
+    do {
+      if (used >= budget_->max_) return false;
+    } while (!budget_->used_.compare_exchange_weak(used, used + 1, std::memory_order_relaxed));
+    return true;
+  };
+  if (!take()) {
+    Clear();
+    if (!take()) return;
+  }
+  map_.emplace(key, value);
+}
+
+void PairCache::Clear() {
+  budget_->used_.fetch_sub(map_.size(), std::memory_order_relaxed);
+  map_.clear();
+}
+
 const InstanceRec* Scene::Find(uint64_t id) const {
   auto it = instances.find(id);
   return it == instances.end() ? nullptr : &it->second;
@@ -127,8 +161,10 @@ void Scene::InstanceToProto(const InstanceRec& rec, v1::Instance* out) {
   server::ToProto(rec.world_box, out->mutable_world_bounds());
 }
 
-absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, PartStore* parts) {
-  std::unique_ptr<SceneStore> store(new SceneStore(std::move(dir), parts));
+absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(
+    std::string dir, PartStore* parts, std::shared_ptr<PairCacheBudget> pair_cache_budget) {
+  std::unique_ptr<SceneStore> store(
+      new SceneStore(std::move(dir), parts, std::move(pair_cache_budget)));
   CLASH_RETURN_IF_ERROR(MakeDirs(store->dir_));
   RemoveAbandonedTemporaries(store->dir_);
   // A folder that cannot be listed fails the open: serving no scene would hide the ones on
@@ -136,7 +172,7 @@ absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(std::string dir, Pa
   CLASH_ASSIGN_OR_RETURN(const std::set<std::string> ids, IdsInFolder(store->dir_, 's'));
   for (const std::string& id : ids) {
     const std::string path = store->ScenePath(id);
-    auto scene = std::make_shared<Scene>(id);
+    auto scene = std::make_shared<Scene>(id, store->pair_cache_budget_);
     absl::Status st = store->Load(path, *scene);
     if (absl::IsNotFound(st)) continue;  // removed since the listing
     if (!st.ok() && !absl::IsDataLoss(st) && !absl::IsInvalidArgument(st)) {
@@ -181,7 +217,7 @@ absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
   scene.max_part_diagonal_mm = 0;
   {
     std::lock_guard lock(scene.cache_mu);
-    scene.pair_cache.clear();
+    scene.pair_cache.Clear();
   }
   scene.name = stored.name();
   scene.version = stored.version();
@@ -211,7 +247,7 @@ absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
 
 absl::StatusOr<std::shared_ptr<Scene>> SceneStore::Create(const std::string& name,
                                                           const GrowthCheck& grows) {
-  auto scene = std::make_shared<Scene>("s" + RandomHex(4));
+  auto scene = std::make_shared<Scene>("s" + RandomHex(4), pair_cache_budget_);
   scene->name = name;
   scene->create_time_s = absl::ToUnixSeconds(absl::Now());
   scene->update_time_s = scene->create_time_s;
@@ -543,7 +579,7 @@ std::size_t SceneStore::RetryUnserved(absl::Duration min_delay,
     if (postponed) break;  // no room now: at the next call, with no wait added
     // Load builds nothing now (every part is in memory), unless a part did not load: then it is
     // not called (it would build the others without a slot).
-    auto scene = std::make_shared<Scene>(id);
+    auto scene = std::make_shared<Scene>(id, pair_cache_budget_);
     const absl::Status st = failed_part.empty() ? Load(path, *scene) : part_failure;
     std::lock_guard lock(mu_);
     auto u = unserved_.find(id);

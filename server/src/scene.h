@@ -53,11 +53,54 @@ struct CachedPair {
   geom::PairClassification result;
 };
 
+/// The pair caches of a server's scenes count their entries against one budget, so that the
+/// memory they hold is bounded whatever the number of scenes (about 200 bytes an entry).
+class PairCacheBudget {
+ public:
+  explicit PairCacheBudget(std::size_t max_entries) : max_(max_entries) {}
+  [[nodiscard]] std::size_t max_entries() const { return max_; }
+  /// Entries held by every cache on it.
+  [[nodiscard]] std::size_t used() const { return used_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class PairCache;
+  const std::size_t max_;
+  std::atomic<std::size_t> used_{0};
+};
+
+/// A scene's cache of classified pairs (by instance ids, low then high), on a budget shared
+/// with other scenes. Not synchronised: Scene::cache_mu guards it.
+class PairCache {
+ public:
+  using Key = std::pair<uint64_t, uint64_t>;
+  /// A budget of its own of `kDefaultEntries` when `budget` is null.
+  explicit PairCache(std::shared_ptr<PairCacheBudget> budget);
+  ~PairCache() { Clear(); }
+  PairCache(const PairCache&) = delete;
+  PairCache& operator=(const PairCache&) = delete;
+
+  static constexpr std::size_t kDefaultEntries = std::size_t{1} << 20;
+
+  /// The entry, or nullptr.
+  [[nodiscard]] const CachedPair* Find(const Key& key) const;
+  /// Stores the entry. When the budget is spent this cache is emptied first (its entries given
+  /// back); when it is still spent (other scenes hold it), the entry is not stored.
+  void Put(const Key& key, const CachedPair& value);
+  void Clear();
+  [[nodiscard]] std::size_t size() const { return map_.size(); }
+
+ private:
+  std::shared_ptr<PairCacheBudget> budget_;
+  absl::flat_hash_map<Key, CachedPair> map_;
+};
+
 /// A scene. Readers hold `mu` shared, writers exclusive; `cache_mu` guards the pair cache, which
 /// readers fill.
 class Scene {
  public:
-  explicit Scene(std::string id) : id_(std::move(id)) {}
+  /// `pair_cache_budget`: shared with the server's other scenes (null: one of its own).
+  explicit Scene(std::string id, std::shared_ptr<PairCacheBudget> pair_cache_budget = nullptr)
+      : pair_cache(std::move(pair_cache_budget)), id_(std::move(id)) {}
   [[nodiscard]] const std::string& id() const { return id_; }
 
   /// Timed, so that a writer waits for running queries only until its call's deadline.
@@ -80,7 +123,7 @@ class Scene {
   double max_part_diagonal_mm = 0;
 
   mutable std::mutex cache_mu;
-  mutable absl::flat_hash_map<std::pair<uint64_t, uint64_t>, CachedPair> pair_cache;
+  mutable PairCache pair_cache;
 
   // Mutations (hold mu exclusively). They keep by_path, groups and the tree consistent.
   void Add(InstanceRec rec);
@@ -116,8 +159,10 @@ class SceneStore {
   /// of whose parts does not load (a damaged part file, or a part above a lowered triangle
   /// limit) is logged and not served; its file is kept until it loads (RetryUnserved, or a
   /// later start; Get answers FAILED_PRECONDITION with the reason; Delete removes it).
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SceneStore>> Open(std::string dir,
-                                                                        PartStore* parts);
+  /// `pair_cache_budget`: the budget of its scenes' pair caches (null: one per scene).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SceneStore>> Open(
+      std::string dir, PartStore* parts,
+      std::shared_ptr<PairCacheBudget> pair_cache_budget = nullptr);
 
   /// A new scene, written before it is served (`grows`: as for Commit).
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Scene>> Create(const std::string& name,
@@ -182,7 +227,8 @@ class SceneStore {
   [[nodiscard]] std::size_t unserved() const;
 
  private:
-  SceneStore(std::string dir, PartStore* parts) : dir_(std::move(dir)), parts_(parts) {}
+  SceneStore(std::string dir, PartStore* parts, std::shared_ptr<PairCacheBudget> budget)
+      : dir_(std::move(dir)), parts_(parts), pair_cache_budget_(std::move(budget)) {}
   [[nodiscard]] std::string ScenePath(const std::string& id) const;
   [[nodiscard]] absl::Status Load(const std::string& path, Scene& scene);
   /// LockForWrite (`Lock` std::unique_lock) and LockForRead (std::shared_lock).
@@ -194,6 +240,7 @@ class SceneStore {
 
   std::string dir_;
   PartStore* parts_;
+  std::shared_ptr<PairCacheBudget> pair_cache_budget_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Scene>> scenes_;
   /// A scene kept on disk and not served.

@@ -851,6 +851,7 @@ struct ClashServer::Impl {
   // Released last, once every thread serving calls has finished.
   std::optional<CpuLatencyGovernor> cpu_latency;
   std::optional<TokenTable> tokens;
+  std::shared_ptr<PairCacheBudget> pair_cache_budget;
   std::optional<TenantRegistry> tenants;
   Metrics metrics;
   WorkLimiter query_limiter;
@@ -1277,7 +1278,9 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                         : 0;
   limits.requests_per_second = config.tenant_requests_per_second;
   limits.burst = config.tenant_burst;
-  impl->tenants.emplace(config.data_dir, config.max_part_triangles, limits);
+  impl->pair_cache_budget = std::make_shared<PairCacheBudget>(config.pair_cache_entries);
+  impl->tenants.emplace(config.data_dir, config.max_part_triangles, limits,
+                        impl->pair_cache_budget);
   CLASH_RETURN_IF_ERROR(MakeDirs(impl->tenants->root()));
   // Tenants found on disk are opened now: their scenes load (and damaged files are reported)
   // at start, not on a first call.
@@ -1304,6 +1307,10 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
       "clashd_cpu_latency_limit_us",
       "CPU wake-up latency limit clashd holds now (PM QoS, microseconds); -1 when none.",
       [raw] { return raw->cpu_latency ? raw->cpu_latency->held_microseconds() : -1.0; });
+  impl->metrics.AddGauge(
+      "clashd_pair_cache_entries",
+      "Classified pairs kept for reuse, in all scenes (at most --pair-cache-entries).",
+      [raw] { return static_cast<double>(raw->pair_cache_budget->used()); });
   impl->metrics.AddGauge(
       "clashd_scenes_unserved",
       "Scenes kept on disk but not served (a part or the file does not load); retried.", [raw] {

@@ -88,6 +88,9 @@ struct ServerConfig {
   /// did not load, uploaded again; a file readable again), each at most this often and, while
   /// it still fails, at doubling intervals up to an hour; 0: only at a start.
   double unserved_scene_retry_seconds = 30;
+  /// Classified pairs kept for reuse by later checks, in all scenes together (about 200 bytes
+  /// each): a scene whose entry finds the budget spent empties its own cache first.
+  std::size_t pair_cache_entries = std::size_t{1} << 20;
   /// No per-RPC log lines (tests).
   bool quiet = false;
 };

@@ -184,8 +184,9 @@ absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& n
   if (auto it = open_.find(name); it != open_.end()) return it->second;
   auto tenant = std::shared_ptr<Tenant>(new Tenant(name, absl::StrCat(root_, "/", name), limits_));
   CLASH_ASSIGN_OR_RETURN(tenant->parts_, PartStore::Open(tenant->dir_, max_part_triangles_));
-  CLASH_ASSIGN_OR_RETURN(tenant->scenes_,
-                         SceneStore::Open(tenant->dir_ + "/scenes", tenant->parts_.get()));
+  CLASH_ASSIGN_OR_RETURN(
+      tenant->scenes_,
+      SceneStore::Open(tenant->dir_ + "/scenes", tenant->parts_.get(), pair_cache_budget_));
   cad::ImportCacheOptions cache_options;
   cache_options.max_bytes = limits_.import_cache_max_bytes;
   // An entry is set aside under the quota before it is written (which may evict older ones:

@@ -151,10 +151,13 @@ class Tenant {
 /// Opens tenants on first use (loading their scenes) and keeps them open.
 class TenantRegistry {
  public:
-  TenantRegistry(std::string data_dir, std::size_t max_part_triangles, TenantLimits limits)
+  /// `pair_cache_budget`: shared by every tenant's scenes (null: one per scene).
+  TenantRegistry(std::string data_dir, std::size_t max_part_triangles, TenantLimits limits,
+                 std::shared_ptr<PairCacheBudget> pair_cache_budget = nullptr)
       : root_(std::move(data_dir) + "/tenants"),
         max_part_triangles_(max_part_triangles),
-        limits_(limits) {}
+        limits_(limits),
+        pair_cache_budget_(std::move(pair_cache_budget)) {}
 
   /// The tenant of this name (a valid tenant name), opening its stores when needed.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Tenant>> Get(const std::string& name);
@@ -169,6 +172,7 @@ class TenantRegistry {
   std::string root_;
   std::size_t max_part_triangles_;
   TenantLimits limits_;
+  std::shared_ptr<PairCacheBudget> pair_cache_budget_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Tenant>> open_;
 };
