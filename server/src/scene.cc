@@ -489,34 +489,43 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
     }
     // Written but its folder not synced: memory holds what the file does.
     if (in_place) return st;
-    const auto is_served = [&] {
-      const auto it = scenes_.find(scene.id());
-      return it != scenes_.end() && it->second.get() == &scene;
-    };
-    {
-      std::lock_guard lock(mu_);
-      if (!is_served()) return st;  // a new scene, not stored yet
-    }
-    // The edit is undone by reading the file back (the scene's lock, which the caller holds,
-    // keeps it served meanwhile). When that fails too (what stopped the write may stop the
-    // read: no file descriptor, I/O errors), memory holds an edit its file does not, or half a
-    // scene: it is served no more, rather than answer from a state that was never stored,
-    // until RetryUnserved or a start reads the file (the last state stored).
-    const absl::Status restored = Load(ScenePath(scene.id()), scene);
-    if (!restored.ok()) {
-      const std::string why =
-          absl::StrCat("an edit could not be written and the scene could not be read back (",
-                       restored.message(), "); its file keeps the last state stored");
-      LogLine(LogLevel::kError, absl::StrCat("scene store: scene ", scene.id(), ": ", why));
-      scene.deleted = true;  // calls that fetched it before cannot write it
-      std::lock_guard lock(mu_);
-      if (is_served()) {
-        scenes_.erase(scene.id());
-        KeepUnserved(scene.id(), why);
-      }
-    }
+    Undo(scene, "an edit could not be written");
   }
   return st;
+}
+
+void SceneStore::Undo(Scene& scene, const char* what) {
+  const auto is_served = [&] {
+    const auto it = scenes_.find(scene.id());
+    return it != scenes_.end() && it->second.get() == &scene;
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (!is_served()) return;  // a new scene, not stored yet
+  }
+  // The edit is undone by reading the file back (the scene's lock, which the caller holds,
+  // keeps it served meanwhile). When that fails too (what stopped the write may stop the read:
+  // no file descriptor, I/O errors, no memory), memory holds an edit its file does not, or half
+  // a scene: it is served no more, rather than answer from a state that was never stored, until
+  // RetryUnserved or a start reads the file (the last state stored).
+  absl::Status restored;
+  try {
+    restored = Load(ScenePath(scene.id()), scene);
+  } catch (const std::exception& e) {
+    restored = absl::ResourceExhaustedError(e.what());
+  }
+  if (!restored.ok()) {
+    const std::string why =
+        absl::StrCat(what, " and the scene could not be read back (", restored.message(),
+                     "); its file keeps the last state stored");
+    LogLine(LogLevel::kError, absl::StrCat("scene store: scene ", scene.id(), ": ", why));
+    scene.deleted = true;  // calls that fetched it before cannot write it
+    std::lock_guard lock(mu_);
+    if (is_served()) {
+      scenes_.erase(scene.id());
+      KeepUnserved(scene.id(), why);
+    }
+  }
 }
 
 void SceneStore::KeepUnserved(const std::string& id, std::string why) {

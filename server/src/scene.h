@@ -225,6 +225,11 @@ class SceneStore {
                             const std::function<bool()>& stop = nullptr);
   /// Scenes kept but not served.
   [[nodiscard]] std::size_t unserved() const;
+  /// After an edit that did not complete (its write failed, or an exception left it half
+  /// done), with the scene's lock held: memory is read back from the scene's file, or, when
+  /// that fails, the scene is no longer served (kept unserved, `what` in the reason) until it
+  /// loads. Nothing for a scene not served (a new one).
+  void Undo(Scene& scene, const char* what);
 
  private:
   SceneStore(std::string dir, PartStore* parts, std::shared_ptr<PairCacheBudget> budget)

@@ -819,10 +819,16 @@ struct ClashServer::Impl {
     CLASH_ASSIGN_OR_RETURN(
         std::unique_lock<std::shared_timed_mutex> lock,
         t.scenes().LockCurrentForWrite(&scene, CallDeadline(ctx, config.max_query_seconds)));
-    CLASH_RETURN_IF_ERROR(edit(*scene));
-    scene->Touch();
-    Tenant::StorageReservation room;  // held until the file is written
-    CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene, grows ? ReserveInto(t, &room) : nullptr));
+    try {
+      CLASH_RETURN_IF_ERROR(edit(*scene));
+      scene->Touch();
+      Tenant::StorageReservation room;  // held until the file is written
+      CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene, grows ? ReserveInto(t, &room) : nullptr));
+    } catch (...) {
+      // (Out of memory, say) half an edit, or a whole one unwritten, is not left in memory.
+      t.scenes().Undo(*scene, "an edit failed part-way");
+      throw;
+    }
     response->set_scene_version(scene->version);
     return absl::OkStatus();
   }

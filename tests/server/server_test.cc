@@ -3181,6 +3181,44 @@ TEST_F(ServerTest, PairCachesShareOneBudget) {
   EXPECT_EQ(gauge(), 0);
 }
 
+// An edit that does not complete (an exception part-way, say out of memory) is undone: memory
+// is read back from the scene's file; when that read fails too, the scene is served no more
+// (rather than answer from a state never stored) and calls that held it cannot write it.
+TEST_F(ServerTest, AnEditThatDoesNotCompleteIsUndoneFromTheFile) {
+  const std::string scene_id = OneBoxSceneThenStop();
+  auto stores = OpenStores();
+  ASSERT_THAT(stores.status(), IsOk());
+  auto scene = stores->scenes->Get(scene_id);
+  ASSERT_THAT(scene.status(), IsOk());
+  {
+    std::unique_lock lock((*scene)->mu);
+    const uint64_t version = (*scene)->version;
+    ASSERT_EQ((*scene)->instances.size(), 1u);
+    (*scene)->Remove((*scene)->instances.begin()->first);  // half an edit, never written
+    (*scene)->Touch();
+    stores->scenes->Undo(**scene, "test");
+    EXPECT_EQ((*scene)->version, version);
+    ASSERT_EQ((*scene)->instances.size(), 1u);
+    EXPECT_EQ((*scene)->instances.begin()->second.path, "a");
+    EXPECT_EQ((*scene)->by_path.count("a"), 1u);
+    EXPECT_FALSE((*scene)->deleted);
+  }
+  // The file unreadable now: the scene goes out of service.
+  {
+    std::ofstream(dir_ + "/data/tenants/local/scenes/" + scene_id + ".pb", std::ios::trunc)
+        << "garbled";
+  }
+  {
+    std::unique_lock lock((*scene)->mu);
+    (*scene)->Touch();
+    stores->scenes->Undo(**scene, "test");
+    EXPECT_TRUE((*scene)->deleted);
+  }
+  EXPECT_THAT(stores->scenes->Get(scene_id).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "test and the scene could not"));
+  EXPECT_EQ(stores->scenes->unserved(), 1u);
+}
+
 TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
   NewScene();
   const std::string body = FetchMetrics(server_->metrics_port());
