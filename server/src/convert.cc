@@ -22,6 +22,14 @@ void ToProto(const geom::Aabb& box, v1::Box3* out) {
   ToProto(box.max, out->mutable_max_mm());
 }
 
+absl::StatusOr<geom::RigidTransform> PoseFromUpdate(const v1::PoseUpdate& update,
+                                                    std::string_view what) {
+  if (!update.has_pose()) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": no pose given"));
+  }
+  return PoseFromProto(update.pose(), what);
+}
+
 absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose, std::string_view what,
                                                    double rotation_tolerance) {
   geom::RigidTransform X;
@@ -29,6 +37,10 @@ absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose, std::st
   if (!X.t.allFinite()) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(what), ": translation_mm is not finite"));
+  }
+  if (X.t.cwiseAbs().maxCoeff() > kMaxTranslationMm) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": translation_mm beyond ",
+                                                   kMaxTranslationMm, " mm of the origin"));
   }
   switch (pose.rotation_case()) {
     case v1::Pose::kQuaternion: {
@@ -39,7 +51,10 @@ absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose, std::st
             absl::StrCat(std::string(what), ": quaternion is not finite"));
       }
       const double norm = quat.norm();
-      if (norm == 0.0) break;  // unset: identity
+      if (norm == 0.0) {  // (a message left empty, most likely by mistake)
+        return absl::InvalidArgumentError(absl::StrCat(
+            std::string(what), ": quaternion is zero (leave the rotation unset for the identity)"));
+      }
       if (std::abs(norm - 1.0) > 1e-6) {
         return absl::InvalidArgumentError(
             absl::StrCat(std::string(what), ": quaternion norm ", norm, " is not 1 (within 1e-6)"));

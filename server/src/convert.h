@@ -8,6 +8,7 @@
 #include "clash/geom/aabb.h"
 #include "clash/geom/transform.h"
 #include "clash/v1/common.pb.h"
+#include "clash/v1/scenes.pb.h"
 #include "grpcpp/support/status.h"
 
 namespace clash::server {
@@ -16,13 +17,21 @@ namespace clash::server {
 void ToProto(const geom::Vec3& v, v1::Vec3* out);
 void ToProto(const geom::Aabb& box, v1::Box3* out);
 
-/// X_WP from a wire pose. INVALID_ARGUMENT (naming `what`) for non-finite values, a quaternion
-/// whose norm is not within 1e-6 of 1, or a matrix that is not a rotation within
+/// Translations farther than this from the origin (1000 km) are refused.
+inline constexpr double kMaxTranslationMm = 1e9;
+
+/// X_WP from a wire pose. INVALID_ARGUMENT (naming `what`) for non-finite values, a translation
+/// beyond kMaxTranslationMm, a quaternion whose norm is not within 1e-6 of 1 (a zero one
+/// included: leave the rotation unset for the identity), or a matrix that is not a rotation within
 /// `rotation_tolerance` (1e-6 for what clients send; stored poses, products of accepted ones,
 /// are read with a looser one).
 [[nodiscard]] absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose,
                                                                  std::string_view what,
                                                                  double rotation_tolerance = 1e-6);
+/// The pose of an update (SetPoses, pose overrides): as PoseFromProto, and INVALID_ARGUMENT when
+/// it has none (rather than move the instance to the origin).
+[[nodiscard]] absl::StatusOr<geom::RigidTransform> PoseFromUpdate(const v1::PoseUpdate& update,
+                                                                  std::string_view what);
 /// A wire pose (translation + unit quaternion with w >= 0).
 void ToProto(const geom::RigidTransform& X, v1::Pose* out);
 /// The pose with its rotation as the matrix itself: PoseFromProto reads back the very same

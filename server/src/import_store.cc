@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,11 +15,36 @@
 #include "convert.h"
 
 namespace clash::server {
+namespace {
+
+// MaxWorkerOutputBytes: per triangle, at worst 3 vertices of its own (OCCT meshes each face
+// apart, and a face of one triangle has 3 nodes) of 3 doubles, 3 u32 indices and a u32 face id.
+constexpr std::size_t kWorkerBytesPerTriangle = 3 * 3 * sizeof(double) + 4 * sizeof(uint32_t);
+// Everything else: headers, part names and kMaxAssemblyInstances instances of ~2.6 KiB each
+// (a 121-byte record with its path and name).
+constexpr std::size_t kWorkerOutputSlackBytes = std::size_t{256} << 20;
+
+}  // namespace
+
+std::size_t MaxWorkerOutputBytes(std::size_t max_triangles) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  if (max_triangles > (kMax - kWorkerOutputSlackBytes) / kWorkerBytesPerTriangle) return kMax;
+  return max_triangles * kWorkerBytesPerTriangle + kWorkerOutputSlackBytes;
+}
 
 absl::Status StoreImportedAssembly(
     const cad::ImportedAssembly& assembly, const ImportFacts& facts, PartStore& parts,
     absl::FunctionRef<absl::Status(std::uint64_t bytes)> reserve_storage,
     v1::ImportCadResponse* response) {
+  // The cap is on the sum over all parts (what the worker meshed: each part definition, shared
+  // content or not). The worker stops at it, but its output, like a cache entry, is not trusted.
+  uint64_t triangles_in = 0;
+  for (const cad::AssemblyPart& p : assembly.parts) triangles_in += p.mesh.triangles.size() / 3;
+  if (triangles_in > facts.options.max_triangles) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("import: ", triangles_in, " triangles over all parts, above the limit of ",
+                     facts.options.max_triangles));
+  }
   const absl::Status complete = cad::CheckImportComplete(assembly);
   if (facts.strict && !complete.ok()) return complete;
 
@@ -46,10 +72,9 @@ absl::Status StoreImportedAssembly(
   int64_t faces_total = 0;  // summed in 64 bits: each count is up to INT32_MAX
   int64_t faces_meshed = 0;
   PartStore::PreparedHere built;  // identical part definitions are built once
+  std::set<std::string> counted;  // ids whose faces are in faces_total
   for (std::size_t i = 0; i < assembly.parts.size(); ++i) {
     const cad::AssemblyPart& p = assembly.parts[i];
-    faces_total += p.mesh.faces_total;
-    faces_meshed += p.mesh.faces_meshed;
     absl::StatusOr<PartStore::Prepared> part = parts.Prepare(PartInputOf(p), &built);
     // Only the file's fault (a part whose triangles are all degenerate) is a warning; a part
     // above the limit fails the import.
@@ -62,6 +87,12 @@ absl::Status StoreImportedAssembly(
       report->add_warnings(why);
       report->set_complete(false);
       continue;
+    }
+    // Faces over the distinct parts, as the triangles below: definitions of one content (one
+    // id, one part listed) count once.
+    if (counted.insert(part->entry->info.part_id()).second) {
+      faces_total += p.mesh.faces_total;
+      faces_meshed += p.mesh.faces_meshed;
     }
     prepared[i] = std::move(*part);
   }
@@ -101,10 +132,10 @@ absl::Status StoreImportedAssembly(
     return absl::InvalidArgumentError("mesh: no part of the file has usable triangles");
   }
 
-  // 3. Room on disk for what is written below: the new parts (a part loaded in memory, or
-  // identical to one prepared above, writes nothing; a part stored before a restart and not
-  // yet loaded is written again, and counted), and the assembly with the report's last two
-  // fields, set below.
+  // 3. Room on disk for what is written below: the new parts (a part stored already, loaded
+  // or not, or identical to one prepared above, writes nothing; one whose stored file is
+  // missing or damaged is written again, and counted), and the assembly with the report's last
+  // two fields, set below.
   std::uint64_t bytes = out.ByteSizeLong() + 32;
   for (const auto& p : prepared) {
     if (p) bytes += p->bytes.size();

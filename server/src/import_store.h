@@ -2,6 +2,7 @@
 // all or nothing when the import is refused.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -26,10 +27,20 @@ struct ImportFacts {
   absl::Time start;                  ///< When the call started (for import_seconds).
 };
 
+/// The largest result file an import worker may write (cad::IsolationLimits::max_output_bytes)
+/// for an import of at most `max_triangles` triangles over all its parts, so that what the server
+/// reads back and parses is bounded by the import's own triangle cap rather than by the 2 GiB
+/// default: 88 bytes per triangle (the worst case of the worker's format: 3 unshared vertices of
+/// 24 bytes, 12 bytes of indices and a 4-byte face id) plus 256 MiB for headers, names and up to
+/// cad::kMaxAssemblyInstances instances (about 2.6 KiB each). Saturates instead of overflowing.
+[[nodiscard]] std::size_t MaxWorkerOutputBytes(std::size_t max_triangles);
+
 /// Fills `response` (parts, assembly with its report) from `assembly` and stores its parts and
 /// the assembly in `parts`. Every part is built, and every check that can refuse the import is
 /// made, before the first part is written: an import refused (strict and incomplete, a part
-/// above the triangle limit, no usable instance) leaves nothing stored. Only a failing disk can
+/// above the triangle limit, parts whose triangles sum above facts.options.max_triangles
+/// (RESOURCE_EXHAUSTED: the worker's cap, checked again on its untrusted output and on cache
+/// entries), no usable instance) leaves nothing stored. Only a failing disk can
 /// stop it halfway, after which the parts written are whole, content-addressed and reused by
 /// the next import of the same file. Without strict, parts whose triangles are all degenerate
 /// and instances whose placement is not a rigid motion are left out with a warning.

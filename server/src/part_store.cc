@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "clash/cad/import_cache.h"
@@ -159,24 +160,53 @@ absl::StatusOr<PartStore::Prepared> PartStore::Prepare(const PartInput& input,
       return prepared;
     }
   }
+  // The first stored name wins, loaded or not: a part stored before a restart keeps the name
+  // in its file, which is not written again (as a loaded part keeps its own, above). Only a
+  // file that is missing or damaged is written anew, under this name.
+  const std::optional<std::string> stored_name = StoredName(id);
+  if (stored_name) stored.set_name(*stored_name);
   // Validates the buffers (and builds the hierarchy).
   builds_.fetch_add(1, std::memory_order_relaxed);
   CLASH_ASSIGN_OR_RETURN(prepared.entry, Build(id, stored, max_triangles_));
   if (here != nullptr) here->emplace(id, prepared.entry);
-  stored.SerializeToString(&prepared.bytes);
+  if (!stored_name) stored.SerializeToString(&prepared.bytes);
   return prepared;
 }
 
+std::optional<std::string> PartStore::StoredName(const std::string& id) const {
+  if (!Known(id)) return std::nullopt;
+  absl::StatusOr<std::string> bytes = ReadFileCapped(PartPath(id), kMaxPartFileBytes);
+  store::v1::StoredPart stored;
+  if (!bytes.ok() || !stored.ParseFromString(*bytes) || ContentId(stored) != id) {
+    return std::nullopt;
+  }
+  return stored.name();
+}
+
 absl::StatusOr<std::shared_ptr<const PartEntry>> PartStore::Commit(Prepared prepared) {
-  const std::string& id = prepared.entry->info.part_id();
+  const std::string id = prepared.entry->info.part_id();
   absl::Status written;
+  std::unique_lock lock(mu_);
   if (!prepared.bytes.empty()) {
+    // One write of a part at a time, and none once it is served: the same content prepared
+    // twice under two names before either was stored is served under the first name stored,
+    // so the second must not replace that name in the file.
+    writes_done_.wait(lock, [&] { return !writing_.contains(id); });
+    if (auto it = loaded_.find(id); it != loaded_.end()) return it->second;
+    writing_.insert(id);
+    lock.unlock();
     bool in_place = false;
-    written = WriteFileAtomically(PartPath(id), prepared.bytes, &in_place);
+    {
+      absl::Cleanup done = [&] {  // however the write ends, with the lock held after it
+        lock.lock();
+        writing_.erase(id);
+        writes_done_.notify_all();
+      };
+      written = WriteFileAtomically(PartPath(id), prepared.bytes, &in_place);
+    }
     if (!in_place) return written;
     // (In place but its folder not synced: served, as the folder shows it, with the error.)
   }
-  std::lock_guard lock(mu_);
   ids_.insert(id);
   auto [it, inserted] = loaded_.emplace(id, std::move(prepared.entry));
   if (!written.ok()) return written;

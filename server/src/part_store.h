@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -56,7 +57,10 @@ class PartStore {
 
   /// Validates the buffers, builds the part and stores it (durably) unless a part with the same
   /// content exists. INVALID_ARGUMENT for bad buffers, RESOURCE_EXHAUSTED above the limit.
-  /// Prepare then Commit.
+  /// Prepare then Commit. The id is a hash of the buffers as given (before cleaning), the
+  /// deflection and the face counts, not the name: the same content under another name gives
+  /// the part stored first, with its first name (in memory or only on disk alike), unless its
+  /// stored file is missing or damaged, which is then written anew under the new name.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Put(const PartInput& input);
 
   /// A part validated and built, not yet stored.
@@ -73,8 +77,9 @@ class PartStore {
   [[nodiscard]] absl::StatusOr<Prepared> Prepare(const PartInput& input,
                                                  PreparedHere* here = nullptr) const;
   /// Stores a prepared part (durably) and serves it; the entry already served when another call
-  /// stored the same content first. When its file is written but the folder cannot be synced,
-  /// the part is served all the same and the error (INTERNAL) returned.
+  /// stored the same content first (its file, and so its name, is then left as it is). When its
+  /// file is written but the folder cannot be synced, the part is served all the same and the
+  /// error (INTERNAL) returned.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const PartEntry>> Commit(Prepared prepared);
 
   /// The part with this id, loaded on first use. NOT_FOUND when unknown (or its file is
@@ -119,6 +124,9 @@ class PartStore {
       : dir_(std::move(dir)), max_triangles_(max_triangles) {}
   [[nodiscard]] std::string PartPath(const std::string& id) const;
   [[nodiscard]] std::string AssemblyPath(const std::string& id) const;
+  // The name in the stored file of part `id`; nullopt when it is not stored, or its file cannot
+  // be read, does not parse or holds other content (Prepare writes it anew).
+  [[nodiscard]] std::optional<std::string> StoredName(const std::string& id) const;
   // The stored assembly: NOT_FOUND when there is no file, DATA_LOSS when it does not parse or
   // names another id, other errors of the read as they come.
   [[nodiscard]] absl::StatusOr<v1::Assembly> ReadAssembly(const std::string& id) const;
@@ -128,6 +136,8 @@ class PartStore {
   mutable std::mutex mu_;
   std::set<std::string> ids_;                                       // on disk
   std::map<std::string, std::shared_ptr<const PartEntry>> loaded_;  // in memory
+  std::set<std::string> writing_;        // parts whose file Commit is writing
+  std::condition_variable writes_done_;  // signalled when one of writing_ is done
   mutable std::atomic<std::size_t> builds_{0};
 };
 

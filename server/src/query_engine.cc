@@ -61,7 +61,7 @@ class PosedScene {
         return absl::NotFoundError(absl::StrCat("no instance ", u.instance_id(), " in scene"));
       }
       CLASH_ASSIGN_OR_RETURN(RigidTransform X,
-                             PoseFromProto(u.pose(), absl::StrCat("pose of ", rec->path)));
+                             PoseFromUpdate(u, absl::StrCat("pose of ", rec->path)));
       ps.overrides_[rec->id] = X;
     }
     return ps;

@@ -609,9 +609,8 @@ struct ClashServer::Impl {
                 if (rec == nullptr) {
                   return absl::NotFoundError(absl::StrCat("no instance ", u.instance_id()));
                 }
-                CLASH_ASSIGN_OR_RETURN(
-                    geom::RigidTransform X,
-                    PoseFromProto(u.pose(), absl::StrCat("pose of ", rec->path)));
+                CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X,
+                                       PoseFromUpdate(u, absl::StrCat("pose of ", rec->path)));
                 updates.emplace_back(rec, X);
               }
               for (auto& [rec, X] : updates) scene.SetPose(*rec, X);

@@ -733,6 +733,20 @@ TEST_F(ServerTest, BadPosesAreInvalidArgumentAndChangeNothing) {
   v1::RotationMatrix* m = u->mutable_pose()->mutable_matrix();
   for (double v : {1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, -1.0}) m->add_rows(v);  // a mirror
   EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "rotation"));
+  // A zero quaternion (a message left empty) is not the identity; a translation beyond 1000 km
+  // and a missing pose (which moved the instance to the origin) are refused too.
+  u->mutable_pose()->mutable_quaternion();
+  EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "zero"));
+  u->mutable_pose()->clear_quaternion();
+  u->mutable_pose()->mutable_translation_mm()->set_z(-2e9);
+  EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "beyond"));
+  u->clear_pose();
+  EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "no pose"));
+  v1::InterferenceRequest check;
+  check.set_scene_id(scene);
+  check.add_pose_overrides()->set_instance_id(id);
+  EXPECT_THAT(client_->CheckInterference(check),
+              StatusIs(absl::StatusCode::kInvalidArgument, "no pose"));
 
   // A batch with one bad pose changes nothing.
   v1::AddInstancesRequest add;
