@@ -227,6 +227,15 @@ absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
   for (const store::v1::StoredInstance& si : stored.instances()) {
     InstanceRec rec;
     rec.id = si.instance_id();
+    // What no edit writes: a file edited or damaged (moved aside by the callers, as one that
+    // does not parse), rather than a scene with two instances of one id or path, or ids reused.
+    if (rec.id == 0 || rec.id >= scene.next_instance_id || scene.instances.contains(rec.id) ||
+        si.path().empty() || scene.by_path.contains(si.path())) {
+      return absl::DataLossError(
+          absl::StrCat("scene file holds instance ", rec.id, " (path '", si.path(),
+                       "'), which is a repeat, has no path, or is not below the next instance id ",
+                       scene.next_instance_id));
+    }
     absl::StatusOr<std::shared_ptr<const PartEntry>> part = parts_->Get(si.part_id());
     if (!part.ok()) {
       return absl::UnavailableError(absl::StrCat("part ", si.part_id(), " of instance ", rec.id,

@@ -23,6 +23,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -211,6 +212,18 @@ StopCheck MakeStop(const grpc::ServerContext* ctx, absl::Time deadline) {
 absl::Status CheckGroupName(const std::string& group) {
   if (group.empty() || group.size() > 256) {
     return absl::InvalidArgumentError("group names have 1 to 256 bytes");
+  }
+  return absl::OkStatus();
+}
+
+// Groups a scene may have: GetScene lists each with its size.
+constexpr std::size_t kMaxSceneGroups = 10'000;
+
+absl::Status CheckGroupCount(const Scene& scene, std::size_t more) {
+  if (scene.groups.size() + more > kMaxSceneGroups) {
+    return absl::ResourceExhaustedError(absl::StrCat("scene ", scene.id(), " would have ",
+                                                     scene.groups.size() + more,
+                                                     " groups; at most ", kMaxSceneGroups));
   }
   return absl::OkStatus();
 }
@@ -548,13 +561,20 @@ struct ClashServer::Impl {
         CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 100, 1000));
         const auto scenes = t.scenes().List(request->page_token(), n + 1);
         const absl::Time deadline = CallDeadline(ctx, impl_->config.max_query_seconds);
+        std::size_t bytes = 0;
         for (std::size_t i = 0; i < scenes.size() && i < n; ++i) {
+          if (bytes > impl_->PageBytes()) {  // the rest on the next page
+            response->set_next_page_token(scenes[i - 1]->id());
+            return absl::OkStatus();
+          }
           std::shared_ptr<Scene> scene = scenes[i];
           absl::StatusOr<std::shared_lock<std::shared_timed_mutex>> lock =
               t.scenes().LockCurrentForRead(&scene, deadline);
           if (absl::IsDeadlineExceeded(lock.status())) return lock.status();
           if (!lock.ok()) continue;  // deleted, or no longer served, meanwhile
-          scene->ToProto(response->add_scenes());
+          v1::Scene* out = response->add_scenes();
+          scene->ToProto(out);
+          bytes += out->ByteSizeLong() + 8;
         }
         if (scenes.size() > n) response->set_next_page_token(scenes[n - 1]->id());
         return absl::OkStatus();
@@ -578,20 +598,34 @@ struct ClashServer::Impl {
       return impl_->Serve(ctx, "ListInstances", [&](Tenant& t) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<Scene> scene, t.scenes().Get(request->scene_id()));
         CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 1000, 10000));
+        // A token names the scene and the last instance id listed: "<scene id>/<id>".
         uint64_t after = 0;
-        if (!request->page_token().empty() && !absl::SimpleAtoi(request->page_token(), &after)) {
-          return absl::InvalidArgumentError("malformed page_token");
+        if (!request->page_token().empty()) {
+          const std::vector<std::string> parts = absl::StrSplit(request->page_token(), '/');
+          if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &after)) {
+            return absl::InvalidArgumentError("malformed page_token");
+          }
+          if (parts[0] != request->scene_id()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "page_token is from a listing of scene ", parts[0], ", not ", request->scene_id()));
+          }
         }
         CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> lock,
                                t.scenes().LockCurrentForRead(
                                    &scene, CallDeadline(ctx, impl_->config.max_query_seconds)));
+        // A page ends at n instances, or at about half the message limit (paths, names and
+        // groups can be long).
         std::size_t count = 0;
+        std::size_t bytes = 0;
         for (auto it = scene->instances.upper_bound(after); it != scene->instances.end(); ++it) {
-          if (count == n) {
-            response->set_next_page_token(absl::StrCat(std::prev(it)->first));
+          if (count == n || bytes > impl_->PageBytes()) {
+            response->set_next_page_token(
+                absl::StrCat(request->scene_id(), "/", std::prev(it)->first));
             break;
           }
-          Scene::InstanceToProto(it->second, response->add_instances());
+          v1::Instance* out = response->add_instances();
+          Scene::InstanceToProto(it->second, out);
+          bytes += out->ByteSizeLong() + 8;
           ++count;
         }
         response->set_scene_version(scene->version);
@@ -659,18 +693,21 @@ struct ClashServer::Impl {
         CLASH_RETURN_IF_ERROR(CheckGroupName(request->group()));
         // (Deleting a group, no members, only shrinks the scene: never refused for the quota.)
         const bool grows = !request->instance_ids().empty();
-        return impl_->EditScene(t, ctx, request->scene_id(), response, grows,
-                                [&](Scene& scene) -> absl::Status {
-                                  std::set<uint64_t> members;
-                                  for (uint64_t id : request->instance_ids()) {
-                                    if (scene.Find(id) == nullptr) {
-                                      return absl::NotFoundError(absl::StrCat("no instance ", id));
-                                    }
-                                    members.insert(id);
-                                  }
-                                  scene.SetGroup(request->group(), members);
-                                  return absl::OkStatus();
-                                });
+        return impl_->EditScene(
+            t, ctx, request->scene_id(), response, grows, [&](Scene& scene) -> absl::Status {
+              std::set<uint64_t> members;
+              for (uint64_t id : request->instance_ids()) {
+                if (scene.Find(id) == nullptr) {
+                  return absl::NotFoundError(absl::StrCat("no instance ", id));
+                }
+                members.insert(id);
+              }
+              if (!members.empty() && !scene.groups.contains(request->group())) {
+                CLASH_RETURN_IF_ERROR(CheckGroupCount(scene, 1));
+              }
+              scene.SetGroup(request->group(), members);
+              return absl::OkStatus();
+            });
       });
     }
 
@@ -799,6 +836,10 @@ struct ClashServer::Impl {
     return LoadPart(t, MakeStop(ctx, CallDeadline(ctx, config.max_query_seconds)), id);
   }
 
+  // The bytes at which a listing's page ends (the rest on the next page), far within the
+  // message limit.
+  [[nodiscard]] std::size_t PageBytes() const { return config.max_message_bytes / 4; }
+
   // Applies an all-or-nothing edit: `edit` validates before it changes anything; the change is
   // on disk before the reply.
   // The scene's lock is waited for until the call's deadline (a query or a sequence may hold
@@ -923,6 +964,8 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
                                                const v1::AddInstancesRequest& request,
                                                v1::AddInstancesResponse* response) {
   const absl::Time deadline = CallDeadline(ctx, config.max_query_seconds);
+  // An unknown scene is answered before any part is built.
+  CLASH_RETURN_IF_ERROR(t.scenes().Get(request.scene_id()).status());
   // No part these instances place can be deleted until they are stored.
   CLASH_ASSIGN_OR_RETURN(SharedPartUses uses, LockPartUses<SharedPartUses>(t, deadline));
   // Resolve everything (parts, assemblies, poses) before taking the scene's lock; ids and
@@ -998,18 +1041,32 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
                        config.max_scene_instances, " (--max-scene-instances)"));
     }
     std::set<std::string> new_paths;
+    std::set<std::string_view> new_groups;
+    const auto taken = [&](const std::string& path) {
+      return scene.by_path.contains(path) || new_paths.contains(path);
+    };
     uint64_t next_id = scene.next_instance_id;
     for (InstanceRec& item : pending) {
       CLASH_RETURN_IF_ERROR(CheckInstanceText("name", item.name));
       CLASH_RETURN_IF_ERROR(CheckInstanceText("path", item.path));
-      // (A path made from a name is at most 21 bytes longer than the limit.)
-      if (item.path.empty()) item.path = absl::StrCat(item.name, ":", next_id);
+      // A path made from a name (at most ~40 bytes longer than the limit) that a caller's path
+      // holds already gets a suffix: "<name>:<id>~2", "~3", ...
+      if (item.path.empty()) {
+        item.path = absl::StrCat(item.name, ":", next_id);
+        for (int k = 2; taken(item.path); ++k)
+          item.path = absl::StrCat(item.name, ":", next_id, "~", k);
+      }
       ++next_id;
-      if (scene.by_path.contains(item.path) || !new_paths.insert(item.path).second) {
+      if (taken(item.path)) {
         return absl::InvalidArgumentError(
             absl::StrCat("an instance with path '", item.path, "' exists already"));
       }
+      new_paths.insert(item.path);
+      for (const std::string& g : item.groups) {
+        if (!scene.groups.contains(g)) new_groups.insert(g);
+      }
     }
+    CLASH_RETURN_IF_ERROR(CheckGroupCount(scene, new_groups.size()));
     for (InstanceRec& rec : pending) {
       rec.id = scene.next_instance_id++;
       const uint64_t id = rec.id;

@@ -1871,6 +1871,47 @@ TEST_F(ServerTest, ASceneWhosePartDoesNotLoadIsKeptForALaterStart) {
   EXPECT_THAT(client_->GetScene(scene), StatusIs(absl::StatusCode::kNotFound, ""));
 }
 
+// A scene file that parses but holds what no edit writes (two instances of one id or path, an
+// id at or above the next one, which would be given again) is damaged too: moved aside at a
+// start, as one that does not parse, rather than served with a stray broad-phase entry or ids
+// reused.
+TEST_F(ServerTest, ASceneFileWithRepeatedOrReusableIdsIsMovedAsideAsDamaged) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  std::vector<std::string> scene_ids;
+  for (int k = 0; k < 4; ++k) {
+    scene_ids.push_back(NewScene());
+    Place(scene_ids.back(), box, RigidTransform::Identity(), "a");
+    Place(scene_ids.back(), box, RigidTransform::Translation(Vec3(5, 0, 0)), "b");
+  }
+  client_.reset();
+  server_.reset();
+  const std::string scenes = dir_ + "/data/tenants/local/scenes/";
+  const auto rewrite = [&](const std::string& id,
+                           const std::function<void(store::v1::StoredScene&)>& change) {
+    store::v1::StoredScene stored;
+    {
+      std::ifstream in(scenes + id + ".pb", std::ios::binary);
+      ASSERT_TRUE(stored.ParseFromIstream(&in));
+    }
+    ASSERT_EQ(stored.instances_size(), 2);
+    change(stored);
+    std::ofstream out(scenes + id + ".pb", std::ios::binary | std::ios::trunc);
+    ASSERT_TRUE(stored.SerializeToOstream(&out));
+  };
+  rewrite(scene_ids[0], [](auto& s) { s.mutable_instances(1)->set_instance_id(1); });
+  rewrite(scene_ids[1], [](auto& s) { s.mutable_instances(1)->set_path("a"); });
+  rewrite(scene_ids[2], [](auto& s) { s.set_next_instance_id(2); });
+  rewrite(scene_ids[3], [](auto& s) { s.set_name("still fine"); });
+  Start();
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_THAT(client_->GetScene(scene_ids[k]), StatusIs(absl::StatusCode::kNotFound, "")) << k;
+    EXPECT_TRUE(std::filesystem::exists(scenes + scene_ids[k] + ".pb.damaged")) << k;
+  }
+  auto fine = client_->GetScene(scene_ids[3]);
+  ASSERT_THAT(fine.status(), IsOk());
+  EXPECT_EQ(fine->instance_count(), 2u);
+}
+
 // At a start, a scene file that does not parse is moved aside as damaged, but one that cannot
 // be read now (here a symbolic link, which the store does not follow; on a server, a file
 // whose permissions a restore got wrong) is kept and not served: it holds its parts, and the
@@ -3231,6 +3272,101 @@ TEST_F(ServerTest, AnEditThatDoesNotCompleteIsUndoneFromTheFile) {
   EXPECT_THAT(stores->scenes->Get(scene_id).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, "test and the scene could not"));
   EXPECT_EQ(stores->scenes->unserved(), 1u);
+}
+
+// Listings end a page at about a quarter of the message limit as well as at page_size, so that
+// long paths, names and groups cannot make a page gRPC cannot send; an instance listing's token
+// holds for its scene only. With a 64 KiB limit: instances with 1000-byte paths, scenes with
+// 40 groups of 200 bytes each.
+TEST_F(ServerTest, ListingsEndPagesBeforeTheMessageLimit) {
+  ServerConfig config;
+  config.max_message_bytes = 64 << 10;
+  Restart(config);
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  ASSERT_THAT(
+      client_->AddInstances(PlaceMany(scene, box, 40, std::string(1000, 'p'), AlongX3)).status(),
+      IsOk());
+  auto scenes = v1::SceneService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  v1::ListInstancesRequest list;
+  list.set_scene_id(scene);
+  list.set_page_size(1000);
+  grpc::ClientContext ctx;
+  v1::ListInstancesResponse page;
+  ASSERT_TRUE(scenes->ListInstances(&ctx, list, &page).ok());
+  EXPECT_GT(page.instances_size(), 10);
+  EXPECT_LT(page.instances_size(), 20);  // 16 KiB of ~1 KiB instances
+  ASSERT_FALSE(page.next_page_token().empty());
+  const auto all = client_->ListInstances(scene);  // follows the pages
+  ASSERT_THAT(all.status(), IsOk());
+  std::set<uint64_t> ids;
+  for (const v1::Instance& i : *all) ids.insert(i.instance_id());
+  EXPECT_EQ(all->size(), 40u);
+  EXPECT_EQ(ids.size(), 40u);
+  // The token given for another scene is refused, not read as an instance id there.
+  const std::string other = NewScene();
+  list.set_scene_id(other);
+  list.set_page_token(page.next_page_token());
+  grpc::ClientContext ctx2;
+  v1::ListInstancesResponse wrong;
+  EXPECT_EQ(scenes->ListInstances(&ctx2, list, &wrong).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  for (int k = 0; k < 6; ++k) {
+    const std::string s = NewScene();
+    v1::AddInstancesRequest add = PlaceMany(s, box, 1, "b", AlongX3);
+    for (int g = 0; g < 40; ++g)
+      add.mutable_parts(0)->add_groups(absl::StrCat(g, std::string(200, 'g')));
+    ASSERT_THAT(client_->AddInstances(add).status(), IsOk());
+  }
+  v1::ListScenesRequest list_scenes;
+  list_scenes.set_page_size(1000);
+  grpc::ClientContext ctx3;
+  v1::ListScenesResponse scene_page;
+  ASSERT_TRUE(scenes->ListScenes(&ctx3, list_scenes, &scene_page).ok());
+  EXPECT_LT(scene_page.scenes_size(), 8);
+  EXPECT_FALSE(scene_page.next_page_token().empty());
+  const auto every = client_->ListScenes();
+  ASSERT_THAT(every.status(), IsOk());
+  EXPECT_EQ(every->size(), 8u);
+}
+
+// A scene has at most 10 000 groups (GetScene lists each); an instance added without a path
+// whose generated path "<name>:<id>" a caller's path holds gets a suffix instead of a refusal
+// naming a path the caller never gave; AddInstances to an unknown scene is NOT_FOUND before any
+// part is looked at.
+TEST_F(ServerTest, GroupsAreBoundedAndGeneratedPathsAvoidCallersPaths) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  v1::AddInstancesRequest add = PlaceMany(scene, box, 1, "b", AlongX3);
+  for (int g = 0; g <= 10000; ++g) add.mutable_parts(0)->add_groups(absl::StrCat("g", g));
+  EXPECT_THAT(client_->AddInstances(add).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "at most 10000"));
+  add.mutable_parts(0)->mutable_groups()->RemoveLast();
+  auto added = client_->AddInstances(add);
+  ASSERT_THAT(added.status(), IsOk());
+  v1::SetGroupRequest group;
+  group.set_scene_id(scene);
+  group.set_group("one more");
+  group.add_instance_ids(added->instances(0).instance_id());
+  EXPECT_THAT(client_->SetGroup(group), StatusIs(absl::StatusCode::kResourceExhausted, "groups"));
+  group.set_group("g7");  // an existing one
+  EXPECT_THAT(client_->SetGroup(group), IsOk());
+
+  const uint64_t next = added->instances(0).instance_id() + 1;
+  Place(scene, box, RigidTransform::Identity(), absl::StrCat("box:", next + 1));  // id `next`
+  v1::AddInstancesRequest unnamed;
+  unnamed.set_scene_id(scene);
+  unnamed.add_parts()->set_part_id(box);
+  auto generated = client_->AddInstances(unnamed);
+  ASSERT_THAT(generated.status(), IsOk());
+  EXPECT_EQ(generated->instances(0).instance_id(), next + 1);
+  EXPECT_EQ(generated->instances(0).path(), absl::StrCat("box:", next + 1, "~2"));
+
+  unnamed.set_scene_id("s0000000000000000000000000000dead");
+  unnamed.mutable_parts(0)->set_part_id("p" + std::string(64, '0'));
+  EXPECT_THAT(client_->AddInstances(unnamed).status(),
+              StatusIs(absl::StatusCode::kNotFound, "scene"));
 }
 
 TEST_F(ServerTest, MetricsAreServedInPrometheusFormat) {
