@@ -57,12 +57,6 @@ bool FileGone(const std::string& path) {
   return st.type() == std::filesystem::file_type::not_found;
 }
 
-absl::Status MakeDirs(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    return absl::InternalError(absl::StrCat("cannot create folder ", dir, ": ", ec.message()));
-  return absl::OkStatus();
-}
+absl::Status MakeDirs(const std::string& dir) { return cad::MakeDirsDurably(dir); }
 
 }  // namespace clash::server

@@ -45,7 +45,7 @@ using cad::WriteFileAtomically;
 /// write that reported an error, whether the store must still count the file.
 [[nodiscard]] bool FileGone(const std::string& path);
 
-/// Creates the folder and its parents. INTERNAL when that fails.
+/// Creates the folder and its parents, durably (cad::MakeDirsDurably). INTERNAL when that fails.
 [[nodiscard]] absl::Status MakeDirs(const std::string& dir);
 
 }  // namespace clash::server

@@ -566,5 +566,30 @@ TEST_F(DurableFileTest, RemoveFileDurablyRemovesAndReports) {
   EXPECT_TRUE(fs::exists(dir_ / "folder"));
 }
 
+// Each folder MakeDirsDurably creates is synced into its parent (a crash cannot lose it with
+// the files acknowledged in it); folders that exist already are not synced again; a parent
+// that cannot be synced is INTERNAL, the folders being made all the same.
+TEST_F(DurableFileTest, MakeDirsDurablySyncsEachFolderItCreates) {
+  internal::SetFsyncForTesting(+[](int fd) {
+    ++g_fsync_calls;
+    return fsync(fd);
+  });
+  g_fsync_calls = 0;
+  EXPECT_THAT(MakeDirsDurably((dir_ / "a" / "b" / "c").string()), IsOk());
+  EXPECT_TRUE(fs::is_directory(dir_ / "a" / "b" / "c"));
+  EXPECT_EQ(g_fsync_calls, 3);  // dir_ (for a), a (for b), b (for c)
+  g_fsync_calls = 0;
+  EXPECT_THAT(MakeDirsDurably((dir_ / "a" / "b" / "c").string()), IsOk());
+  EXPECT_THAT(MakeDirsDurably((dir_ / "a" / "d").string()), IsOk());
+  EXPECT_EQ(g_fsync_calls, 1);
+  internal::SetFsyncForTesting(&FolderSyncFails);
+  EXPECT_THAT(MakeDirsDurably((dir_ / "e").string()),
+              StatusIs(absl::StatusCode::kInternal, "may not survive a crash"));
+  EXPECT_TRUE(fs::is_directory(dir_ / "e"));
+  testing::WriteBytes(dir_ / "file", "x");
+  EXPECT_THAT(MakeDirsDurably((dir_ / "file" / "below").string()),
+              StatusIs(absl::StatusCode::kInternal, "cannot create folder"));
+}
+
 }  // namespace
 }  // namespace clash::cad

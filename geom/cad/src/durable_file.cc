@@ -97,6 +97,30 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
   return SyncDir(dir, absl::StrCat("wrote ", path, " but it may not survive a crash"));
 }
 
+absl::Status MakeDirsDurably(const std::string& dir) {
+  // The folders to create, innermost first; then made from the outermost, each synced into
+  // its parent.
+  std::vector<std::filesystem::path> missing;
+  std::error_code ec;
+  for (std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+       !p.empty() && !std::filesystem::exists(p, ec); p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;  // (a root)
+  }
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot create folder ", dir, ": ", ec.message()));
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    const std::filesystem::path parent = it->has_parent_path() ? it->parent_path() : ".";
+    if (absl::Status st = SyncDir(parent.string(), absl::StrCat("created folder ", it->string(),
+                                                                " but it may not survive a crash"));
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RemoveFileDurably(const std::string& path) {
   if (unlink(path.c_str()) != 0) {
     if (errno == ENOENT) return absl::OkStatus();

@@ -27,6 +27,11 @@ namespace clash::cad {
 /// INTERNAL otherwise.
 [[nodiscard]] absl::Status WriteError(const std::string& what, int err);
 
+/// Creates the folder `dir` and its missing parents durably: each folder created is synced into
+/// its parent (fsync of the parent), so that a crash cannot lose a folder, and the files later
+/// written in it, that were acknowledged. INTERNAL when a folder cannot be created or synced.
+[[nodiscard]] absl::Status MakeDirsDurably(const std::string& dir);
+
 /// Removes `path` durably: unlink, then fsync of its folder, so that a crash cannot bring the
 /// file back. OK when it did not exist; INTERNAL on other errors, including a folder that
 /// cannot be synced (the file is then gone but may come back after a crash).
