@@ -552,14 +552,13 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   const std::size_t page_size =
       request.page_size() == 0 ? 1000 : std::min(request.page_size(), 10000);
   CLASH_ASSIGN_OR_RETURN(const PageToken token, ParsePageToken(request.page_token()));
-  const uint64_t fingerprint = RequestFingerprint(request);
   if (!request.page_token().empty()) {
     if (token.version != scene.version) {
       return absl::FailedPreconditionError(absl::StrCat("page_token is from scene version ",
                                                         token.version, "; the scene is now at ",
                                                         scene.version, ": start again"));
     }
-    if (token.fingerprint != fingerprint) {
+    if (token.fingerprint != RequestFingerprint(request)) {
       return absl::InvalidArgumentError(
           "page_token is from another request: every field but page_size and page_token must "
           "be as in the request that gave it");
@@ -775,7 +774,8 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   const std::size_t end = std::min(begin + page_size, clashes.size());
   for (std::size_t i = begin; i < end; ++i) *response.add_clashes() = to_message(clashes[i]);
   if (end < clashes.size()) {
-    response.set_next_page_token(FormatPageToken({scene.version, end, fingerprint}));
+    response.set_next_page_token(
+        FormatPageToken({scene.version, end, RequestFingerprint(request)}));
   }
   response.set_scene_version(scene.version);
   *response.mutable_tolerances() = tol;
