@@ -39,6 +39,7 @@
 #include "clash/v1/sequences.grpc.pb.h"
 #include "convert.h"
 #include "cpu_latency.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/server_credentials.h"
@@ -269,6 +270,32 @@ std::string UploadName(const std::string& file_name) {
   return name.empty() ? "upload" : name;
 }
 
+// Part names (UploadMesh) and import file names: at most 64 KiB, as instance paths and names
+// (part and assembly files keep them, and every listing copies them).
+absl::Status CheckNameSize(const char* field, const std::string& name) {
+  if (name.size() <= kMaxInstanceTextBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " has ", name.size(), " bytes; at most ", kMaxInstanceTextBytes));
+}
+
+// The size of GetPartMesh's reply for `mesh`, to the byte, without building it: each field is
+// a tag byte, a varint length and its payload (part_id's bytes, 8 bytes per coordinate, one
+// varint per index and per face id), and is left out when empty.
+std::size_t PartMeshBytes(const std::string& part_id, const geom::TriangleMesh& mesh) {
+  using google::protobuf::io::CodedOutputStream;
+  const auto field = [](std::size_t payload) -> std::size_t {
+    return payload == 0 ? 0 : 1 + CodedOutputStream::VarintSize64(payload) + payload;
+  };
+  std::size_t indices = 0;
+  std::size_t faces = 0;
+  for (std::size_t t = 0; t < mesh.num_triangles(); ++t) {
+    for (uint32_t i : mesh.triangles()[t]) indices += CodedOutputStream::VarintSize32(i);
+    faces += CodedOutputStream::VarintSize32(mesh.tags()[t]);
+  }
+  return field(part_id.size()) + field(3 * sizeof(double) * mesh.vertices().size()) +
+         field(indices) + field(faces);
+}
+
 // Plaintext only on loopback; TLS (optionally requiring client certificates) everywhere else,
 // and then some way to tell callers apart (tokens or client certificates).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenerCredentials(
@@ -376,6 +403,7 @@ struct ClashServer::Impl {
     grpc::Status UploadMesh(grpc::ServerContext* ctx, const v1::UploadMeshRequest* request,
                             v1::Part* response) override {
       return impl_->Serve(ctx, "UploadMesh", [&](Tenant& t) -> absl::Status {
+        CLASH_RETURN_IF_ERROR(CheckNameSize("name", request->name()));
         PartInput in;
         in.name = request->name();
         in.xyz_mm = {request->vertices_mm().data(),
@@ -426,6 +454,14 @@ struct ClashServer::Impl {
         CLASH_ASSIGN_OR_RETURN(std::shared_ptr<const PartEntry> entry,
                                impl_->LoadPart(tenant, ctx, request->part_id()));
         const geom::TriangleMesh& mesh = entry->geom->mesh();
+        // Measured before it is built: a reply that cannot be sent takes no memory.
+        const std::size_t bytes = PartMeshBytes(request->part_id(), mesh);
+        if (bytes > impl_->config.max_message_bytes) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("the mesh of ", request->part_id(), " takes ", bytes,
+                           " bytes, above the server's --max-message-bytes (",
+                           impl_->config.max_message_bytes, ")"));
+        }
         response->set_part_id(request->part_id());
         auto* xyz = response->mutable_vertices_mm();
         xyz->Reserve(static_cast<int>(3 * mesh.vertices().size()));
@@ -441,14 +477,6 @@ struct ClashServer::Impl {
         for (uint32_t id : order) {
           for (uint32_t i : mesh.triangles()[id]) tris->AddAlreadyReserved(i);
           faces->AddAlreadyReserved(mesh.tags()[id]);
-        }
-        const std::size_t bytes = response->ByteSizeLong();
-        if (bytes > impl_->config.max_message_bytes) {
-          response->Clear();
-          return absl::ResourceExhaustedError(
-              absl::StrCat("the mesh of ", request->part_id(), " takes ", bytes,
-                           " bytes, above the server's --max-message-bytes (",
-                           impl_->config.max_message_bytes, ")"));
         }
         return absl::OkStatus();
       });
@@ -1140,10 +1168,22 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
     return absl::InvalidArgumentError("the first ImportCad message must carry the header");
   }
   const v1::ImportCadHeader header = msg.header();
+  CLASH_RETURN_IF_ERROR(CheckNameSize("file_name", header.file_name()));
   const std::string want_sha = absl::AsciiStrToLower(header.sha256());  // either case
   if (!want_sha.empty() && !(want_sha.size() == 64 && IsLowerHex(want_sha))) {
     return absl::InvalidArgumentError("header sha256 must be 64 hexadecimal digits");
   }
+  cad::TessellationOptions options;
+  const v1::TessellationOptions& tess = header.tessellation();
+  if (tess.linear_deflection_mm() != 0) options.linear_deflection_mm = tess.linear_deflection_mm();
+  if (tess.relative_deflection() != 0) options.relative_deflection = tess.relative_deflection();
+  if (tess.angular_deflection_rad() != 0)
+    options.angular_deflection_rad = tess.angular_deflection_rad();
+  options.max_triangles = config.max_part_triangles;
+  if (tess.max_triangles() != 0)
+    options.max_triangles = std::min<std::size_t>(tess.max_triangles(), options.max_triangles);
+  // Checked as the worker checks them, before the upload is read and a worker started.
+  CLASH_RETURN_IF_ERROR(cad::ValidateTessellationOptions(options));
   if (header.size_bytes() > config.max_upload_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("file of ", header.size_bytes(),
                                                      " bytes is above the upload limit of ",
@@ -1159,15 +1199,6 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   if (const absl::Status room = upload_room.Grow(header.size_bytes()); !room.ok()) {
     return room_refused(room, absl::StrCat("file of ", header.size_bytes(), " bytes"));
   }
-  cad::TessellationOptions options;
-  const v1::TessellationOptions& tess = header.tessellation();
-  if (tess.linear_deflection_mm() != 0) options.linear_deflection_mm = tess.linear_deflection_mm();
-  if (tess.relative_deflection() != 0) options.relative_deflection = tess.relative_deflection();
-  if (tess.angular_deflection_rad() != 0)
-    options.angular_deflection_rad = tess.angular_deflection_rad();
-  options.max_triangles = config.max_part_triangles;
-  if (tess.max_triangles() != 0)
-    options.max_triangles = std::min<std::size_t>(tess.max_triangles(), options.max_triangles);
 
   // The upload goes to a private folder that is removed whatever happens.
   const std::string dir = absl::StrCat(t.tmp_dir(), "/upload-", RandomHex(4));
@@ -1251,6 +1282,8 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   limits.wall_seconds = std::max(0.001, absl::ToDoubleSeconds(deadline - absl::Now()));
   limits.cpu_seconds = limits.wall_seconds;
   limits.address_space_bytes = config.import_memory_bytes;
+  // The result file is read whole into memory: bounded by what this import's triangles can need.
+  limits.max_output_bytes = MaxWorkerOutputBytes(options.max_triangles);
   limits.temp_dir = t.tmp_dir();    // emptied when the tenant is opened, so never left behind
   limits.pool = worker_pool.get();  // null: a fresh worker per import
   // The import cache is read here rather than through cad::ImportAssemblyWithCache, so that a

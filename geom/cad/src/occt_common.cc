@@ -43,7 +43,6 @@
 #include <gp_Trsf.hxx>
 #include <limits>
 #include <new>
-#include <numbers>
 #include <system_error>
 #include <utility>
 
@@ -134,29 +133,6 @@ ScopedSilentMessenger::ScopedSilentMessenger() : messenger_(Message::DefaultMess
 
 ScopedSilentMessenger::~ScopedSilentMessenger() {
   if (!messenger_.IsNull()) messenger_->ChangePrinters() = saved_;
-}
-
-absl::Status ValidateOptions(const TessellationOptions& options) {
-  if (!std::isfinite(options.linear_deflection_mm) || options.linear_deflection_mm < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "linear_deflection_mm must be finite and >= 0, got ", options.linear_deflection_mm));
-  }
-  if (!std::isfinite(options.relative_deflection) ||
-      (options.linear_deflection_mm == 0 && options.relative_deflection <= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("relative_deflection must be finite and > 0 (used when "
-                     "linear_deflection_mm == 0), got ",
-                     options.relative_deflection));
-  }
-  if (!std::isfinite(options.angular_deflection_rad) || options.angular_deflection_rad <= 0 ||
-      options.angular_deflection_rad >= std::numbers::pi) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "angular_deflection_rad must lie in (0, pi), got ", options.angular_deflection_rad));
-  }
-  if (options.max_triangles == 0) {
-    return absl::InvalidArgumentError("max_triangles must be > 0");
-  }
-  return absl::OkStatus();
 }
 
 // Opens the file and returns its first bytes; NOT_FOUND when it does not exist.

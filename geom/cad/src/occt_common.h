@@ -72,9 +72,6 @@ class ScopedSilentMessenger {
   Message_SequenceOfPrinters saved_;
 };
 
-/// INVALID_ARGUMENT naming the first bad field of `options`, else OK.
-absl::Status ValidateOptions(const TessellationOptions& options);
-
 /// Bytes read from the head of a file for SniffFormat.
 inline constexpr std::size_t kSniffBytes = 512;
 
@@ -113,7 +110,7 @@ absl::Status StatusFromCurrentException(Phase phase);
 template <typename T, typename Locked>
 absl::StatusOr<T> RunLockedImport(const std::string& path, const TessellationOptions& options,
                                   Locked&& locked) {
-  if (absl::Status valid = ValidateOptions(options); !valid.ok()) return valid;
+  if (absl::Status valid = ValidateTessellationOptions(options); !valid.ok()) return valid;
   absl::StatusOr<std::string> head = ReadHead(path);
   if (!head.ok()) return head.status();
   absl::StatusOr<CadFormat> format = SniffFormat(*head);

@@ -41,8 +41,10 @@ enum class ImportKind {
 [[nodiscard]] absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
 
 /// The cache key of an import: SHA-256 over kImportCacheVersion, the kind of import, the file's
-/// SHA-256 and every option that changes the tessellation (doubles by their exact bit patterns;
-/// `parallel` does not change the result and is left out).
+/// SHA-256, every option that changes the tessellation (doubles by their exact bit patterns;
+/// `parallel` does not change the result and is left out) and max_triangles. The cap changes
+/// no successful result, only which files fail, but clashd makes assembly ids from this key, so
+/// it stays in: leaving it out would give every assembly imported before a new id.
 [[nodiscard]] std::string ImportCacheKey(std::string_view file_sha256_hex,
                                          const TessellationOptions& options,
                                          ImportKind kind = ImportKind::kMesh);

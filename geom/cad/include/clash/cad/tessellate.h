@@ -38,6 +38,12 @@ struct TessellationOptions {
   std::size_t max_triangles = 20'000'000;
 };
 
+/// INVALID_ARGUMENT naming the first bad field of `options` (a deflection that is not finite or
+/// is negative, no deflection at all, an angle outside (0, pi), max_triangles 0), else OK. Every
+/// import checks its options with it before it reads the file; it needs no OCCT, so that callers
+/// (the server) can refuse bad options before they upload a file or start a worker.
+[[nodiscard]] absl::Status ValidateTessellationOptions(const TessellationOptions& options);
+
 /// One tessellated shape; lengths in millimetres.
 struct MeshBuffers {
   /// Vertex coordinates, 3 per vertex (x, y, z).
