@@ -38,10 +38,6 @@ absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose, std::st
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(what), ": translation_mm is not finite"));
   }
-  if (X.t.cwiseAbs().maxCoeff() > kMaxTranslationMm) {
-    return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": translation_mm beyond ",
-                                                   kMaxTranslationMm, " mm of the origin"));
-  }
   switch (pose.rotation_case()) {
     case v1::Pose::kQuaternion: {
       const v1::Quaternion& q = pose.quaternion();

@@ -17,12 +17,9 @@ namespace clash::server {
 void ToProto(const geom::Vec3& v, v1::Vec3* out);
 void ToProto(const geom::Aabb& box, v1::Box3* out);
 
-/// Translations farther than this from the origin (1000 km) are refused.
-inline constexpr double kMaxTranslationMm = 1e9;
-
-/// X_WP from a wire pose. INVALID_ARGUMENT (naming `what`) for non-finite values, a translation
-/// beyond kMaxTranslationMm, a quaternion whose norm is not within 1e-6 of 1 (a zero one
-/// included: leave the rotation unset for the identity), or a matrix that is not a rotation within
+/// X_WP from a wire pose. INVALID_ARGUMENT (naming `what`) for non-finite values, a quaternion
+/// whose norm is not within 1e-6 of 1 (a zero one included: leave the rotation unset for the
+/// identity), or a matrix that is not a rotation within
 /// `rotation_tolerance` (1e-6 for what clients send; stored poses, products of accepted ones,
 /// are read with a looser one).
 [[nodiscard]] absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose,

@@ -272,6 +272,10 @@ absl::StatusOr<PageToken> ParsePageToken(const std::string& token) {
   PageToken t;
   if (token.empty()) return t;
   std::vector<std::string> parts = absl::StrSplit(token, ':');
+  if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &t.version) &&
+      absl::SimpleAtoi(parts[1], &t.offset)) {  // an older server's "<version>:<offset>"
+    return absl::FailedPreconditionError("page_token is of an older server's form: start again");
+  }
   if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &t.version) ||
       !absl::SimpleAtoi(parts[1], &t.offset) || !absl::SimpleHexAtoi(parts[2], &t.fingerprint)) {
     return absl::InvalidArgumentError("malformed page_token");

@@ -630,6 +630,10 @@ struct ClashServer::Impl {
         uint64_t after = 0;
         if (!request->page_token().empty()) {
           const std::vector<std::string> parts = absl::StrSplit(request->page_token(), '/');
+          if (parts.size() == 1 && absl::SimpleAtoi(parts[0], &after)) {  // an older server's
+            return absl::FailedPreconditionError(
+                "page_token is of an older server's form: start the listing again");
+          }
           if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &after)) {
             return absl::InvalidArgumentError("malformed page_token");
           }
@@ -641,7 +645,7 @@ struct ClashServer::Impl {
         CLASH_ASSIGN_OR_RETURN(std::shared_lock<std::shared_timed_mutex> lock,
                                t.scenes().LockCurrentForRead(
                                    &scene, CallDeadline(ctx, impl_->config.max_query_seconds)));
-        // A page ends at n instances, or at about half the message limit (paths, names and
+        // A page ends at n instances, or at about a quarter of the message limit (paths, names and
         // groups can be long).
         std::size_t count = 0;
         std::size_t bytes = 0;
@@ -1073,16 +1077,25 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
     const auto taken = [&](const std::string& path) {
       return scene.by_path.contains(path) || new_paths.contains(path);
     };
+    // The caller's paths, to keep the paths made from names clear of them (later ones too).
+    std::set<std::string_view> given_paths;
+    for (const InstanceRec& item : pending) {
+      if (!item.path.empty()) given_paths.insert(item.path);
+    }
     uint64_t next_id = scene.next_instance_id;
     for (InstanceRec& item : pending) {
       CLASH_RETURN_IF_ERROR(CheckInstanceText("name", item.name));
       CLASH_RETURN_IF_ERROR(CheckInstanceText("path", item.path));
       // A path made from a name (at most ~40 bytes longer than the limit) that a caller's path
-      // holds already gets a suffix: "<name>:<id>~2", "~3", ...
+      // holds gets a suffix: "<name>:<id>~2", "~3", ...
       if (item.path.empty()) {
+        const auto held = [&](const std::string& path) {
+          return taken(path) || given_paths.contains(path);
+        };
         item.path = absl::StrCat(item.name, ":", next_id);
-        for (int k = 2; taken(item.path); ++k)
+        for (int k = 2; held(item.path); ++k) {
           item.path = absl::StrCat(item.name, ":", next_id, "~", k);
+        }
       }
       ++next_id;
       if (taken(item.path)) {

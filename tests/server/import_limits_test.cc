@@ -343,7 +343,10 @@ TEST_F(ImportLimitsTest, GetPartMeshRefusesAnOversizedReplyBeforeBuildingIt) {
   // Free memory given back: memory the reply takes shows in the peak resident size instead of
   // reusing pages that loading the part left resident.
   malloc_trim(0);
-  ASSERT_TRUE(ResetPeakResident());
+  if (!ResetPeakResident()) {
+    GTEST_SKIP() << "/proc/self/clear_refs cannot be written here: the peak resident size "
+                    "cannot be measured for one call";
+  }
   const std::int64_t before = PeakResidentBytes();
   EXPECT_THAT(client_->GetPartMesh(part->part_id()).status(),
               StatusIs(absl::StatusCode::kResourceExhausted, "--max-message-bytes"));
