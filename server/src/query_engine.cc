@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -556,13 +557,19 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   const std::size_t page_size =
       request.page_size() == 0 ? 1000 : std::min(request.page_size(), 10000);
   CLASH_ASSIGN_OR_RETURN(const PageToken token, ParsePageToken(request.page_token()));
+  // The request's fingerprint, computed once and only when a token is given or handed out.
+  std::optional<uint64_t> fingerprint;
+  const auto fingerprint_of_request = [&] {
+    if (!fingerprint) fingerprint = RequestFingerprint(request);
+    return *fingerprint;
+  };
   if (!request.page_token().empty()) {
     if (token.version != scene.version) {
       return absl::FailedPreconditionError(absl::StrCat("page_token is from scene version ",
                                                         token.version, "; the scene is now at ",
                                                         scene.version, ": start again"));
     }
-    if (token.fingerprint != RequestFingerprint(request)) {
+    if (token.fingerprint != fingerprint_of_request()) {
       return absl::InvalidArgumentError(
           "page_token is from another request: every field but page_size and page_token must "
           "be as in the request that gave it");
@@ -778,8 +785,7 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
   const std::size_t end = std::min(begin + page_size, clashes.size());
   for (std::size_t i = begin; i < end; ++i) *response.add_clashes() = to_message(clashes[i]);
   if (end < clashes.size()) {
-    response.set_next_page_token(
-        FormatPageToken({scene.version, end, RequestFingerprint(request)}));
+    response.set_next_page_token(FormatPageToken({scene.version, end, fingerprint_of_request()}));
   }
   response.set_scene_version(scene.version);
   *response.mutable_tolerances() = tol;
