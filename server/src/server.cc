@@ -236,9 +236,6 @@ struct QuerySlot {
   WorkLimiter::Permit permit;
 };
 
-// Instance paths and names: at most 64 KiB each (a scene's file is read back with a cap, so
-// acknowledged edits must not grow it without bound).
-constexpr std::size_t kMaxInstanceTextBytes = 64 * 1024;
 // What an upload of unannounced size sets aside of its tenant's storage quota at a time.
 constexpr std::uint64_t kUploadStorageStep = std::uint64_t{4} << 20;
 

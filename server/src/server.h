@@ -98,6 +98,10 @@ struct ServerConfig {
 /// The shortest period of the retries of unserved scenes (a smaller one is taken as this).
 inline constexpr double kMinUnservedRetrySeconds = 0.01;
 
+/// Longest instance path or name, and part name, in bytes (a scene's file is read back with a
+/// cap, so acknowledged edits must not grow it without bound).
+inline constexpr std::size_t kMaxInstanceTextBytes = 64 * 1024;
+
 class ClashServer {
  public:
   /// Opens the stores and starts listening. UNAVAILABLE when the address cannot be bound.

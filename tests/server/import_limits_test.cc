@@ -22,6 +22,7 @@
 #include "clash/v1/parts.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "import_store.h"
+#include "mesh_upload.h"
 #include "part_store.h"
 #include "server.h"
 #include "testing/random_geometry.h"
@@ -33,23 +34,9 @@ namespace {
 
 using ::clash::testing::IsOk;
 using ::clash::testing::MakeBox;
+using ::clash::testing::MeshUpload;
 using ::clash::testing::RawMesh;
 using ::clash::testing::StatusIs;
-
-// The same cap as instance paths and names (server.cc).
-constexpr std::size_t kMaxNameBytes = 64 * 1024;
-
-v1::UploadMeshRequest MeshUpload(const RawMesh& m, const std::string& name) {
-  v1::UploadMeshRequest req;
-  req.set_name(name);
-  for (const geom::Vec3& v : m.v) {
-    for (int k = 0; k < 3; ++k) req.add_vertices_mm(v[k]);
-  }
-  for (const auto& t : m.t) {
-    for (uint32_t i : t) req.add_triangles(i);
-  }
-  return req;
-}
 
 // A flat n x n grid of vertices, 2 (n - 1)^2 triangles: a large part without welding.
 RawMesh Grid(int n) {
@@ -193,7 +180,7 @@ TEST_F(ImportLimitsTest, WorkerOutputIsCappedByTheImportsTriangleLimit) {
 TEST_F(ImportLimitsTest, WorkerOutputCapHoldsTheWorstCaseMesh) {
   constexpr std::size_t kTriangles = 3000;
   cad::AssemblyPart part;
-  part.name = std::string(kMaxNameBytes - 1, 'n');
+  part.name = std::string(kMaxInstanceTextBytes - 1, 'n');
   for (std::size_t i = 0; i < kTriangles; ++i) {
     for (int k = 0; k < 9; ++k) part.mesh.xyz.push_back(static_cast<double>(i + k));
     for (uint32_t k = 0; k < 3; ++k)
@@ -202,7 +189,7 @@ TEST_F(ImportLimitsTest, WorkerOutputCapHoldsTheWorstCaseMesh) {
   }
   part.mesh.faces_total = part.mesh.faces_meshed = static_cast<int>(kTriangles);
   cad::ImportedAssembly a = OneInstanceEach({part});
-  a.instances[0].path = std::string(kMaxNameBytes - 1, 'p');
+  a.instances[0].path = std::string(kMaxInstanceTextBytes - 1, 'p');
   auto cache = cad::ImportCache::Open(dir_ + "/cache");
   ASSERT_THAT(cache.status(), IsOk());
   const std::string key(64, 'c');
@@ -268,11 +255,12 @@ TEST_F(ImportLimitsTest, ReportFaceCountsAreOverDistinctParts) {
 TEST_F(ImportLimitsTest, UploadNamesAreCappedAt64KiB) {
   Start();
   const RawMesh box = MakeBox({1, 1, 1});
-  auto at_cap = client_->UploadMesh(MeshUpload(box, std::string(kMaxNameBytes, 'n')));
+  auto at_cap = client_->UploadMesh(MeshUpload(box, std::string(kMaxInstanceTextBytes, 'n')));
   ASSERT_THAT(at_cap.status(), IsOk());
-  EXPECT_EQ(at_cap->name().size(), kMaxNameBytes);
+  EXPECT_EQ(at_cap->name().size(), kMaxInstanceTextBytes);
   EXPECT_THAT(
-      client_->UploadMesh(MeshUpload(MakeBox({2, 1, 1}), std::string(kMaxNameBytes + 1, 'n')))
+      client_
+          ->UploadMesh(MeshUpload(MakeBox({2, 1, 1}), std::string(kMaxInstanceTextBytes + 1, 'n')))
           .status(),
       StatusIs(absl::StatusCode::kInvalidArgument, "name has 65537 bytes; at most 65536"));
   auto parts = client_->ListParts();
@@ -285,7 +273,7 @@ TEST_F(ImportLimitsTest, UploadNamesAreCappedAt64KiB) {
 TEST_F(ImportLimitsTest, ImportFileNamesAreCappedAt64KiB) {
   Start();
   v1::ImportCadHeader header;
-  header.set_file_name(std::string(kMaxNameBytes + 1, 'f'));
+  header.set_file_name(std::string(kMaxInstanceTextBytes + 1, 'f'));
   EXPECT_THAT(Import(header, ""), StatusIs(absl::StatusCode::kInvalidArgument,
                                            "file_name has 65537 bytes; at most 65536"));
 }

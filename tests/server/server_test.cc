@@ -51,6 +51,7 @@
 #include "grpcpp/grpcpp.h"
 #include "health.h"
 #include "limiter.h"
+#include "mesh_upload.h"
 #include "part_store.h"
 #include "query_engine.h"
 #include "scene.h"
@@ -63,6 +64,7 @@ namespace {
 
 using ::clash::testing::IsOk;
 using ::clash::testing::MakeBox;
+using ::clash::testing::MeshUpload;
 using ::clash::testing::RawMesh;
 using ::clash::testing::StatusIs;
 using geom::RigidTransform;
@@ -170,23 +172,6 @@ class ServerTest : public ::testing::Test {
     client_.reset();
     server_.reset();
     Start(config);
-  }
-
-  // The upload of a mesh.
-  static v1::UploadMeshRequest MeshUpload(const RawMesh& m, const std::string& name,
-                                          double deflection = 0) {
-    v1::UploadMeshRequest req;
-    req.set_name(name);
-    for (const Vec3& v : m.v) {
-      req.add_vertices_mm(v.x());
-      req.add_vertices_mm(v.y());
-      req.add_vertices_mm(v.z());
-    }
-    for (const auto& t : m.t) {
-      for (uint32_t i : t) req.add_triangles(i);
-    }
-    req.set_deflection_mm(deflection);
-    return req;
   }
 
   // Uploads a mesh; returns the part id.
@@ -448,14 +433,8 @@ TEST_F(ServerTest, OversizedUploadsAreResourceExhausted) {
   ServerConfig small;
   small.max_part_triangles = 100;
   Restart(small);
-  v1::UploadMeshRequest req;
-  const RawMesh m = testing::MakeSubdividedBox(Vec3(1, 1, 1), 5);  // 300 triangles
-  for (const Vec3& v : m.v) {
-    for (int k = 0; k < 3; ++k) req.add_vertices_mm(v[k]);
-  }
-  for (const auto& t : m.t) {
-    for (uint32_t i : t) req.add_triangles(i);
-  }
+  const v1::UploadMeshRequest req =
+      MeshUpload(testing::MakeSubdividedBox(Vec3(1, 1, 1), 5), "");  // 300 triangles
   EXPECT_THAT(client_->UploadMesh(req), StatusIs(absl::StatusCode::kResourceExhausted, "limit"));
 }
 
