@@ -137,8 +137,14 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--pair-cache-entries", config.pair_cache_entries,
                  "Classified pairs kept for later checks, in all scenes together (about 200 "
-                 "bytes each); 0: none kept")
+                 "bytes each); a scene that finds them spent empties the caches of idle scenes "
+                 "first, then its own; 0: none kept")
       ->capture_default_str();
+  app.add_option("--pair-cache-idle-seconds", config.pair_cache_idle_seconds,
+                 "How long a scene's pair cache must go unused before another scene whose "
+                 "entry finds --pair-cache-entries spent may empty it")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--unserved-scene-retry-seconds", config.unserved_scene_retry_seconds,
                  "How often to try again to load a scene kept but not served (its part did not "
                  "load, its file did not read), backing off while it fails; 0: only at a start")

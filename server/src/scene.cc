@@ -96,31 +96,73 @@ void Scene::Touch() {
   update_time_s = absl::ToUnixSeconds(absl::Now());
 }
 
-PairCache::PairCache(std::shared_ptr<PairCacheBudget> budget)
+bool PairCacheBudget::Take() {
+  // Atomically: scenes fill their caches at once.
+  std::size_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (used >= max_) return false;
+  } while (!used_.compare_exchange_weak(used, used + 1, std::memory_order_relaxed));
+  return true;
+}
+
+bool PairCacheBudget::TakeFromIdle(const PairCache* self) {
+  const int64_t idle_before = absl::ToUnixNanos(absl::Now() - idle_);
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<int64_t, PairCache*>> idle;
+  for (PairCache* c : caches_) {
+    const int64_t last = c->last_use_ns_.load(std::memory_order_relaxed);
+    if (c != self && last <= idle_before) idle.emplace_back(last, c);
+  }
+  std::sort(idle.begin(), idle.end());
+  for (const auto& [last, c] : idle) {
+    // (A cache in use is skipped: waiting here, under mu_, for a guard whose holder may be
+    // waiting for mu_ would deadlock.)
+    std::unique_lock guard(*c->guard_, std::try_to_lock);
+    if (!guard.owns_lock()) continue;
+    c->Clear();
+    if (Take()) return true;
+  }
+  return false;
+}
+
+PairCache::PairCache(std::shared_ptr<PairCacheBudget> budget, std::mutex* guard)
     : budget_(budget != nullptr ? std::move(budget)
-                                : std::make_shared<PairCacheBudget>(kDefaultEntries)) {}
+                                : std::make_shared<PairCacheBudget>(kDefaultEntries)),
+      guard_(guard) {
+  Used();
+  if (guard_ != nullptr) {
+    std::lock_guard lock(budget_->mu_);
+    budget_->caches_.push_back(this);
+  }
+}
+
+PairCache::~PairCache() {
+  if (guard_ != nullptr) {
+    std::lock_guard lock(budget_->mu_);
+    std::erase(budget_->caches_, this);
+  }
+  Clear();
+}
+
+void PairCache::Used() const {
+  last_use_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
+}
 
 const CachedPair* PairCache::Find(const Key& key) const {
+  Used();
   auto it = map_.find(key);
   return it == map_.end() ? nullptr : &it->second;
 }
 
 void PairCache::Put(const Key& key, const CachedPair& value) {
+  Used();
   if (auto it = map_.find(key); it != map_.end()) {
     it->second = value;
     return;
   }
-  // Take one entry of the budget (atomically: scenes fill their caches at once).
-  const auto take = [&] {
-    std::size_t used = budget_->used_.load(std::memory_order_relaxed);
-    do {
-      if (used >= budget_->max_) return false;
-    } while (!budget_->used_.compare_exchange_weak(used, used + 1, std::memory_order_relaxed));
-    return true;
-  };
-  if (!take()) {
+  if (!budget_->Take() && !budget_->TakeFromIdle(this)) {
     Clear();
-    if (!take()) return;
+    if (!budget_->Take()) return;
   }
   map_.emplace(key, value);
 }

@@ -53,29 +53,52 @@ struct CachedPair {
   geom::PairClassification result;
 };
 
+class PairCache;
+
 /// The pair caches of a server's scenes count their entries against one budget, so that the
 /// memory they hold is bounded whatever the number of scenes (about 200 bytes an entry).
+///
+/// A cache whose new entry finds the budget spent makes room, in this order: it empties the
+/// other caches idle for at least `idle` (no lookup or store), least recently used first; then
+/// itself; and when other caches still hold the whole budget, it stores nothing. So a scene left
+/// idle does not keep the budget from the scenes in use, and scenes in use at once (a batch job
+/// beside a CAD plugin) do not empty each other's caches.
 class PairCacheBudget {
  public:
-  explicit PairCacheBudget(std::size_t max_entries) : max_(max_entries) {}
+  explicit PairCacheBudget(std::size_t max_entries, absl::Duration idle = absl::Seconds(10))
+      : max_(max_entries), idle_(idle) {}
+  PairCacheBudget(const PairCacheBudget&) = delete;
+  PairCacheBudget& operator=(const PairCacheBudget&) = delete;
   [[nodiscard]] std::size_t max_entries() const { return max_; }
   /// Entries held by every cache on it.
   [[nodiscard]] std::size_t used() const { return used_.load(std::memory_order_relaxed); }
 
  private:
   friend class PairCache;
+  // Takes one entry, when one is left.
+  bool Take();
+  // Empties other idle caches, least recently used first, until an entry can be taken (and
+  // takes it): each under its guard, taken with try_lock (a cache in use is skipped). False
+  // when none could be. Called with `self`'s guard held.
+  bool TakeFromIdle(const PairCache* self);
+
   const std::size_t max_;
+  const absl::Duration idle_;
   std::atomic<std::size_t> used_{0};
+  std::mutex mu_;                   // guards caches_
+  std::vector<PairCache*> caches_;  // the caches that others may empty (those with a guard)
 };
 
 /// A scene's cache of classified pairs (by instance ids, low then high), on a budget shared
-/// with other scenes. Not synchronised: Scene::cache_mu guards it.
+/// with other scenes. Not synchronised: the mutex `guard` (Scene::cache_mu) guards it.
 class PairCache {
  public:
   using Key = std::pair<uint64_t, uint64_t>;
-  /// A budget of its own of `kDefaultEntries` when `budget` is null.
-  explicit PairCache(std::shared_ptr<PairCacheBudget> budget);
-  ~PairCache() { Clear(); }
+  /// A budget of its own of `kDefaultEntries` when `budget` is null. `guard`: the mutex its
+  /// users hold, which another cache on the budget takes (try_lock) to empty this one when it
+  /// is idle; null: only this cache empties itself. The guard must outlive the cache.
+  explicit PairCache(std::shared_ptr<PairCacheBudget> budget, std::mutex* guard = nullptr);
+  ~PairCache();
   PairCache(const PairCache&) = delete;
   PairCache& operator=(const PairCache&) = delete;
 
@@ -83,15 +106,21 @@ class PairCache {
 
   /// The entry, or nullptr.
   [[nodiscard]] const CachedPair* Find(const Key& key) const;
-  /// Stores the entry. When the budget is spent this cache is emptied first (its entries given
-  /// back); when it is still spent (other scenes hold it), the entry is not stored.
+  /// Stores the entry. When the budget is spent, room is made as PairCacheBudget says; when
+  /// there is none, the entry is not stored.
   void Put(const Key& key, const CachedPair& value);
   void Clear();
   [[nodiscard]] std::size_t size() const { return map_.size(); }
 
  private:
+  friend class PairCacheBudget;
+  void Used() const;
+
   std::shared_ptr<PairCacheBudget> budget_;
+  std::mutex* guard_;
   absl::flat_hash_map<Key, CachedPair> map_;
+  // When the cache was last used (absl::Now() in ns), read by other caches without the guard.
+  mutable std::atomic<int64_t> last_use_ns_{0};
 };
 
 /// A scene. Readers hold `mu` shared, writers exclusive; `cache_mu` guards the pair cache, which
@@ -100,7 +129,7 @@ class Scene {
  public:
   /// `pair_cache_budget`: shared with the server's other scenes (null: one of its own).
   explicit Scene(std::string id, std::shared_ptr<PairCacheBudget> pair_cache_budget = nullptr)
-      : pair_cache(std::move(pair_cache_budget)), id_(std::move(id)) {}
+      : pair_cache(std::move(pair_cache_budget), &cache_mu), id_(std::move(id)) {}
   [[nodiscard]] const std::string& id() const { return id_; }
 
   /// Timed, so that a writer waits for running queries only until its call's deadline.

@@ -1383,7 +1383,9 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                         : 0;
   limits.requests_per_second = config.tenant_requests_per_second;
   limits.burst = config.tenant_burst;
-  impl->pair_cache_budget = std::make_shared<PairCacheBudget>(config.pair_cache_entries);
+  impl->pair_cache_budget = std::make_shared<PairCacheBudget>(
+      config.pair_cache_entries,
+      absl::Seconds(std::max(0.0, config.pair_cache_idle_seconds)));  // (+inf: never idle)
   impl->tenants.emplace(config.data_dir, config.max_part_triangles, limits,
                         impl->pair_cache_budget);
   CLASH_RETURN_IF_ERROR(MakeDirs(impl->tenants->root()));

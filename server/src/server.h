@@ -89,8 +89,11 @@ struct ServerConfig {
   /// it still fails, at doubling intervals up to an hour; 0: only at a start.
   double unserved_scene_retry_seconds = 30;
   /// Classified pairs kept for reuse by later checks, in all scenes together (about 200 bytes
-  /// each): a scene whose entry finds the budget spent empties its own cache first.
+  /// each): a scene whose entry finds the budget spent empties the caches of scenes idle for
+  /// pair_cache_idle_seconds first, least recently used first, then its own.
   std::size_t pair_cache_entries = std::size_t{1} << 20;
+  /// How long a scene's pair cache must go unused before another scene may empty it.
+  double pair_cache_idle_seconds = 10;
   /// No per-RPC log lines (tests).
   bool quiet = false;
 };

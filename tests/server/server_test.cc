@@ -3202,8 +3202,19 @@ TEST_F(ServerTest, PairCachesShareOneBudget) {
   const std::string b = row();
   EXPECT_EQ(cached(b), 0u);
   EXPECT_LE(gauge(), 100);
-  EXPECT_EQ(cached(a), 84u);  // b emptied its own cache, not a's
+  EXPECT_EQ(cached(a), 84u);  // b emptied its own cache, not a's (in use)
   EXPECT_LT(cached(b), 84u);
+
+  // With scenes idle at once (the idle time 0), b's filling empties a's cache instead of its
+  // own: b keeps every pair.
+  config.pair_cache_idle_seconds = 0;
+  Restart(config);
+  EXPECT_EQ(cached(a), 0u);
+  EXPECT_EQ(cached(a), 84u);
+  EXPECT_EQ(cached(b), 0u);
+  EXPECT_EQ(cached(b), 84u);
+  EXPECT_EQ(cached(a), 0u);
+  EXPECT_LE(gauge(), 100);
 
   config.pair_cache_entries = 0;
   Restart(config);
