@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   clash::server::ServerConfig config;
   CLI::App app{"clashd: collision, clearance and ray queries on CAD assemblies over gRPC"};
   app.set_config("--config", "", "Read settings from a TOML or INI file (keys = long flag names)");
+  // A misspelt key (say, of a security setting) is an error, not a setting silently left out.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--listen", config.listen, "gRPC address (host:port)")->capture_default_str();
   app.add_option("--data-dir", config.data_dir, "Folder for parts, scenes and the import cache")
       ->envname("CLASHD_DATA_DIR")

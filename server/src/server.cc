@@ -382,7 +382,7 @@ struct ClashServer::Impl {
       std::string line =
           absl::StrFormat("rpc=%s peer=%s tenant=%s code=%s ms=%.3f", method, ctx->peer(),
                           tenant_name.empty() ? "-" : tenant_name, code, seconds * 1e3);
-      if (!status.ok()) absl::StrAppend(&line, " error=\"", status.error_message(), "\"");
+      if (!status.ok()) absl::StrAppend(&line, " error=", LogQuote(status.error_message()));
       LogLine(level, line);
     }
     return status;

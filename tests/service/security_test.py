@@ -218,8 +218,12 @@ class SecurityTest(unittest.TestCase):
         self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
         ch.close()
 
+        # (Set in a config file: its keys are the long flags' names.)
+        config = os.path.join(self.tmp, "closed-health.toml")
+        with open(config, "w") as f:
+            f.write("health-requires-token = true\n")
         closed = start_clashd(self.tmp, *self.tls_flags(), "--tokens", self.tokens,
-                        "--health-requires-token")
+                              "--config", config)
         try:
             ch = self.channel(closed)
             health = self.stubs(ch)["health"]
@@ -362,6 +366,15 @@ class SecurityTest(unittest.TestCase):
                                    capture_output=True, text=True, timeout=60)
                 self.assertNotEqual(r.returncode, 0)
                 self.assertIn(why, r.stderr)
+        # A config file's misspelt key (which would leave health open) is refused, not ignored.
+        typo = os.path.join(self.tmp, "typo.toml")
+        with open(typo, "w") as f:
+            f.write("health-requires-tokn = true\n")
+        r = subprocess.run([clashd, "--metrics-listen", "", "--data-dir", data, "--listen",
+                            "127.0.0.1:0", "--config", typo],
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("health-requires-tokn", r.stderr)
         bad_tokens = os.path.join(self.tmp, "bad-tokens")
         with open(bad_tokens, "w") as f:
             f.write("not-a-hash tenant\n")
