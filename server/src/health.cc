@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "convert.h"
 
 namespace clash::server {
@@ -51,6 +52,15 @@ grpc::Status HealthService::Watch(grpc::ServerContext* ctx,
                                   grpc::ServerWriter<HealthCheckResponse>* writer) {
   return Guarded("grpc.health.v1.Health/Watch", [&]() -> grpc::Status {
     if (grpc::Status s = admit_(ctx); !s.ok()) return s;
+    struct Open {
+      std::atomic<int>* watches;
+      ~Open() { watches->fetch_sub(1); }
+    } open{&watches_};
+    if (watches_.fetch_add(1) >= max_watches_) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("too many health Watch streams open (at most ", max_watches_,
+                                       "); try again later, or use Check"));
+    }
     std::unique_lock lock(mu_);
     bool first = true;
     Status last = HealthCheckResponse::UNKNOWN;

@@ -2,6 +2,7 @@
 // health calls can be authenticated like every other call when the deployment asks for it.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -14,9 +15,15 @@ namespace clash::server {
 
 class HealthService final : public grpc::health::v1::Health::Service {
  public:
-  /// `admit` runs first on every call; a non-OK status is the call's answer.
-  explicit HealthService(std::function<grpc::Status(grpc::ServerContext*)> admit)
-      : admit_(std::move(admit)) {}
+  /// Watch streams open at once, at most (each holds one of the server's threads for as long
+  /// as its client keeps it open, and health calls need no token by default).
+  static constexpr int kDefaultMaxWatches = 16;
+
+  /// `admit` runs first on every call; a non-OK status is the call's answer. Beyond
+  /// `max_watches` open Watch streams, a new one is RESOURCE_EXHAUSTED.
+  explicit HealthService(std::function<grpc::Status(grpc::ServerContext*)> admit,
+                         int max_watches = kDefaultMaxWatches)
+      : admit_(std::move(admit)), max_watches_(max_watches) {}
 
   /// Sets the status of a service ("" is the whole server).
   void Set(const std::string& service, bool serving);
@@ -39,6 +46,8 @@ class HealthService final : public grpc::health::v1::Health::Service {
   std::condition_variable changed_;
   std::map<std::string, bool> serving_;
   bool shut_down_ = false;
+  const int max_watches_;
+  std::atomic<int> watches_{0};  // open Watch streams
 };
 
 }  // namespace clash::server

@@ -867,6 +867,52 @@ TEST_F(ServerTest, AHealthCheckOverTheRateBudgetIsMarkedRetryable) {
   EXPECT_TRUE(marked);
 }
 
+// Health Watch streams need no token by default and each holds a server thread while open:
+// beyond HealthService::kDefaultMaxWatches a new one is RESOURCE_EXHAUSTED (before, 255 of them
+// took every thread and every other call failed); a closed one makes room again.
+TEST_F(ServerTest, HealthWatchStreamsAreBounded) {
+  auto health = grpc::health::v1::Health::NewStub(server_->grpc_server()->InProcessChannel({}));
+  struct Watch {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<grpc::health::v1::HealthCheckResponse>> reader;
+  };
+  const auto open = [&](Watch* w) {
+    w->reader = health->Watch(&w->ctx, grpc::health::v1::HealthCheckRequest());
+    grpc::health::v1::HealthCheckResponse first;
+    return w->reader->Read(&first) &&
+           first.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  };
+  std::vector<std::unique_ptr<Watch>> watches;
+  for (int i = 0; i < HealthService::kDefaultMaxWatches; ++i) {
+    watches.push_back(std::make_unique<Watch>());
+    ASSERT_TRUE(open(watches.back().get())) << i;
+  }
+  Watch refused;
+  EXPECT_FALSE(open(&refused));
+  EXPECT_EQ(refused.reader->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // Other calls are served meanwhile.
+  EXPECT_THAT(client_->CreateScene("while watched").status(), IsOk());
+  // One closed: a new one is accepted (once the server has seen the cancellation).
+  watches[0]->ctx.TryCancel();
+  watches[0]->reader->Finish();
+  bool accepted = false;
+  for (int attempt = 0; attempt < 50 && !accepted; ++attempt) {
+    auto w = std::make_unique<Watch>();
+    accepted = open(w.get());
+    if (accepted) {
+      watches[0] = std::move(w);
+    } else {
+      w->reader->Finish();
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  EXPECT_TRUE(accepted);
+  for (auto& w : watches) {
+    w->ctx.TryCancel();
+    w->reader->Finish();
+  }
+}
+
 // DEPTH_ESTIMATE_CLASS_ONLY against FULL on bars dipped into a big cube by known depths
 // (τ 0.1 mm): 0.05 (CONTACT, below 0.75 τ: depth 0), 0.09 (CONTACT, uncertain: the same depth),
 // 0.5 (HARD: a depth above 1.25 τ, at most 0.5) and 3 (HARD, beyond the 2 mm limit of a rule
