@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -123,36 +126,95 @@ MetricsHttpServer::~MetricsHttpServer() {
   close(fd_);
 }
 
-void MetricsHttpServer::Loop() {
-  while (!stop_) {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    const int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) continue;
-    timeval tv{2, 0};
-    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    char buf[2048];
-    const ssize_t n = recv(conn, buf, sizeof(buf) - 1, 0);
-    std::string request(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
-    std::string status = "404 Not Found";
-    std::string body = "only /metrics is served here\n";
-    std::string type = "text/plain";
-    if (request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0) {
-      status = "200 OK";
-      body = metrics_->Render();
-      type = "text/plain; version=0.0.4";
-    }
-    const std::string response =
-        absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
-                     "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
-    std::size_t sent = 0;
-    while (sent < response.size()) {
-      const ssize_t m = send(conn, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-      if (m <= 0) break;
-      sent += static_cast<std::size_t>(m);
-    }
-    close(conn);
+namespace {
+
+// One scrape connection: its request as read so far, then its answer as sent so far.
+struct ScrapeConn {
+  int fd = -1;
+  std::chrono::steady_clock::time_point deadline;
+  std::string in;
+  std::string out;  // empty until the request is read
+  std::size_t sent = 0;
+};
+
+// The answer to an HTTP request (only "GET /metrics" is served).
+std::string Answer(const std::string& request, const Metrics& metrics) {
+  std::string status = "404 Not Found";
+  std::string body = "only /metrics is served here\n";
+  std::string type = "text/plain";
+  if (request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0) {
+    status = "200 OK";
+    body = metrics.Render();
+    type = "text/plain; version=0.0.4";
   }
+  return absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
+                      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
+}
+
+}  // namespace
+
+void MetricsHttpServer::Loop() {
+  // Connections are served side by side, without blocking, each within kConnSeconds of its
+  // accept: an idle or never-reading client holds neither the scrapes after it nor shutdown.
+  constexpr std::size_t kMaxConns = 32;
+  constexpr std::size_t kMaxRequestBytes = 4096;
+  constexpr auto kConnSeconds = std::chrono::seconds(5);
+  std::vector<ScrapeConn> conns;
+  // After a failed accept (out of descriptors, say) the listener rests a while instead of
+  // reporting readable again at once.
+  auto accept_after = std::chrono::steady_clock::time_point::min();
+  std::vector<pollfd> fds;
+  while (!stop_) {
+    const auto now = std::chrono::steady_clock::now();
+    fds.clear();
+    const bool listening = conns.size() < kMaxConns && now >= accept_after;
+    fds.push_back({listening ? fd_ : -1, POLLIN, 0});
+    for (const ScrapeConn& c : conns) {
+      fds.push_back({c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+    }
+    if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
+    for (std::size_t k = 0; k < conns.size(); ++k) {
+      ScrapeConn& c = conns[k];
+      const short events = fds[k + 1].revents;
+      if (events == 0) continue;
+      if (c.out.empty() && (events & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        char buf[2048];
+        const ssize_t n = recv(c.fd, buf, sizeof(buf), 0);
+        if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
+        if (n == 0 || c.in.find("\r\n\r\n") != std::string::npos ||
+            c.in.size() >= kMaxRequestBytes) {
+          c.out = Answer(c.in, *metrics_);
+        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          c.deadline = now;  // closed below
+        }
+      }
+      if (!c.out.empty() && c.sent < c.out.size()) {
+        const ssize_t m =
+            send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (m > 0) {
+          c.sent += static_cast<std::size_t>(m);
+        } else if (m < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          c.deadline = now;
+        }
+      }
+    }
+    // Close what is answered, failed or out of time.
+    std::erase_if(conns, [&](const ScrapeConn& c) {
+      const bool done = (!c.out.empty() && c.sent == c.out.size()) || now >= c.deadline;
+      if (done) close(c.fd);
+      return done;
+    });
+    if ((fds[0].revents & POLLIN) != 0) {
+      const int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (conn >= 0) {
+        conns.push_back({conn, now + kConnSeconds, {}, {}, 0});
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                 errno != ECONNABORTED) {
+        accept_after = now + std::chrono::milliseconds(100);
+      }
+    }
+  }
+  for (const ScrapeConn& c : conns) close(c.fd);
 }
 
 }  // namespace clash::server

@@ -85,9 +85,12 @@ v1::Pose ToPose(const RigidTransform& X) {
 RigidTransform FromPose(const v1::Pose& p) { return *PoseFromProto(p, "test pose"); }
 
 // GET /metrics from the server's metrics port ("" on a connection failure).
-std::string FetchMetrics(int port) {
+// The answer to "GET /metrics", or "" when none came within `timeout`.
+std::string FetchMetrics(int port, std::chrono::seconds timeout = std::chrono::seconds(120)) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return "";
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -97,9 +100,9 @@ std::string FetchMetrics(int port) {
     const std::string get = "GET /metrics HTTP/1.0\r\n\r\n";
     if (write(fd, get.data(), get.size()) == static_cast<ssize_t>(get.size())) {
       char buf[4096];
-      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) {
-        body.append(buf, static_cast<size_t>(n));
-      }
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) body.append(buf, static_cast<size_t>(n));
+      if (n < 0) body.clear();  // timed out
     }
   }
   close(fd);
@@ -865,6 +868,53 @@ TEST_F(ServerTest, AHealthCheckOverTheRateBudgetIsMarkedRetryable) {
               ::testing::ElementsAre(grpc::StatusCode::OK, grpc::StatusCode::RESOURCE_EXHAUSTED,
                                      grpc::StatusCode::RESOURCE_EXHAUSTED));
   EXPECT_TRUE(marked);
+}
+
+// The metrics endpoint serves its connections side by side, each within a few seconds: idle
+// connections and a client that never reads its answer delay neither a scrape nor shutdown
+// (before, one connection at a time: 2 s per idle one, and a stalled send held the thread, and
+// with it shutdown, until the client left).
+TEST_F(ServerTest, MetricsScrapesAreNotHeldByIdleOrStalledClients) {
+  const int port = server_->metrics_port();
+  ASSERT_GT(port, 0);
+  const auto connect_to = [&](int rcvbuf) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    return fd;
+  };
+  std::vector<int> held;
+  for (int i = 0; i < 10; ++i) held.push_back(connect_to(0));  // silent
+  for (int i = 0; i < 4; ++i) {                                // ask, never read
+    const int fd = connect_to(1);
+    const std::string get = "GET /metrics HTTP/1.0\r\n\r\n";
+    EXPECT_EQ(write(fd, get.data(), get.size()), static_cast<ssize_t>(get.size()));
+    held.push_back(fd);
+  }
+  // A request split across writes is read whole.
+  {
+    const int fd = connect_to(0);
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    EXPECT_EQ(write(fd, "GET /met", 8), 8);
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_EQ(write(fd, "rics HTTP/1.0\r\n\r\n", 17), 17);
+    char buf[64] = {};
+    EXPECT_GT(read(fd, buf, sizeof(buf) - 1), 0);
+    EXPECT_THAT(std::string(buf), ::testing::StartsWith("HTTP/1.0 200 OK"));
+    close(fd);
+  }
+  EXPECT_THAT(FetchMetrics(port, std::chrono::seconds(3)),
+              ::testing::HasSubstr("clashd_pair_cache_entries"));
+  // Shutdown with all of them still open.
+  Restart(ServerConfig{});
+  for (int fd : held) close(fd);
+  EXPECT_THAT(FetchMetrics(server_->metrics_port(), std::chrono::seconds(3)),
+              ::testing::HasSubstr("clashd_pair_cache_entries"));
 }
 
 // Health Watch streams need no token by default and each holds a server thread while open:
