@@ -335,6 +335,8 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
                             return !stopped.ok();
                           });
         CLASH_RETURN_IF_ERROR(stopped);
+        // (Poses and τ are checked before the sweeps; a sweep refusing its input is a defect.)
+        if (!s.r.status.ok()) return absl::InternalError(s.r.status.message());
         result.set_distance_queries(result.distance_queries() + s.r.distance_queries);
         result.set_contact_tolerance_mm(std::max(result.contact_tolerance_mm(), s.r.contact_mm));
         s.reached = s.r.blocked     ? s.r.t_contact
@@ -438,7 +440,10 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       geom::FreeDirectionOptions fo;
       const double tested =
           fo.distance_mm > 0 ? fo.distance_mm : 1.5 * m->part->geom->bounds().Diagonal();
-      fo.contact_mm = contact_of(*m, m->X_WP, tested, obstacles);
+      // (A request's τ of 0 stays the sweeps' floor, as in the steps: FreeDirections would read
+      // 0 as its own default, 1e-3 of the part's diagonal.)
+      fo.contact_mm = std::max(contact_of(*m, m->X_WP, tested, obstacles),
+                               1e-9 * m->part->geom->bounds().Diagonal());
       absl::Status stopped;
       const auto dirs = geom::FreeDirections(*m->part->geom, m->X_WP, obstacles, fo, [&] {
         stopped = stop();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <utility>
@@ -307,6 +308,61 @@ TEST(DynamicAabbTree, EmptySingleStopAndReuse) {
   const int32_t b = tree.Insert(Aabb::FromCenterHalf(Vec3(5, 5, 5), Vec3(1, 1, 1)), 99);
   EXPECT_EQ(b, a);
   EXPECT_EQ(tree.UserId(b), 99u);
+  EXPECT_TRUE(tree.Validate());
+}
+
+// Boxes with a NaN or infinite coordinate, empty boxes, and boxes whose fat box lies beyond
+// kMaxCoordinateMm (where surface areas overflow) are refused: Insert returns kNullProxy, Move
+// keeps the proxy's boxes, and the tree stays valid and answers as before. Removing kNullProxy
+// does nothing, so a caller may remove what it "inserted" either way.
+TEST(DynamicAabbTree, RefusesBoxesItCannotHold) {
+  constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  DynamicAabbTree tree;
+  std::vector<int32_t> proxies;
+  for (int i = 0; i < 8; ++i) {
+    proxies.push_back(tree.Insert(Aabb::FromCenterHalf(Vec3(3.0 * i, 0, 0), Vec3(1, 1, 1)), i));
+  }
+  const Aabb unit = Aabb::FromCenterHalf(Vec3::Zero(), Vec3(1, 1, 1));
+  const double huge = 2 * DynamicAabbTree::kMaxCoordinateMm;
+  const Aabb bad[] = {
+      {Vec3(0, kNan, 0), Vec3(1, 1, 1)},
+      {Vec3(-1, -1, -1), Vec3(1, 1, kNan)},
+      {Vec3(-kInf, 0, 0), Vec3(1, 1, 1)},
+      {Vec3(0, 0, 0), Vec3(kInf, 1, 1)},
+      Aabb{},                                                 // empty
+      {Vec3(1, 0, 0), Vec3(0, 1, 1)},                         // min > max
+      Aabb::FromCenterHalf(Vec3(huge, 0, 0), Vec3(1, 1, 1)),  // finite, but too far out
+      {Vec3(-1e300, 0, 0), Vec3(1e300, 1, 1)},                // finite, but too large
+  };
+  EXPECT_TRUE(tree.Accepts(unit));
+  const Aabb fat3 = tree.FatBox(proxies[3]);
+  const Aabb tight3 = tree.TightBox(proxies[3]);
+  for (const Aabb& b : bad) {
+    SCOPED_TRACE(::testing::Message() << b.min.transpose() << " / " << b.max.transpose());
+    EXPECT_FALSE(tree.Accepts(b));
+    EXPECT_EQ(tree.Insert(b, 100), DynamicAabbTree::kNullProxy);
+    EXPECT_EQ(tree.size(), 8u);
+    EXPECT_FALSE(tree.Move(proxies[3], b));
+    EXPECT_EQ(tree.FatBox(proxies[3]).min, fat3.min);
+    EXPECT_EQ(tree.FatBox(proxies[3]).max, fat3.max);
+    EXPECT_EQ(tree.TightBox(proxies[3]).min, tight3.min);
+    EXPECT_EQ(tree.TightBox(proxies[3]).max, tight3.max);
+    ASSERT_TRUE(tree.Validate());
+  }
+  // Queries answer as before: every proxy, each once, and the pairs of neighbours only.
+  std::multiset<uint64_t> seen;
+  tree.Query(Aabb::FromCenterHalf(Vec3(10, 0, 0), Vec3(20, 5, 5)),
+             [&](uint64_t id) { seen.insert(id); });
+  EXPECT_EQ(seen, (std::multiset<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  int pairs = 0;
+  tree.ForEachOverlappingPair([&](uint64_t, uint64_t) { ++pairs; });
+  EXPECT_EQ(pairs, 0);  // 3 apart, boxes of half-width 1 (fat margins ~0.17)
+  // A good box still moves the proxy.
+  EXPECT_TRUE(tree.Move(proxies[3], {unit.min + Vec3(100, 0, 0), unit.max + Vec3(100, 0, 0)}));
+  // Removing kNullProxy (what a refused Insert returned) is a no-op.
+  tree.Remove(DynamicAabbTree::kNullProxy);
+  EXPECT_EQ(tree.size(), 8u);
   EXPECT_TRUE(tree.Validate());
 }
 

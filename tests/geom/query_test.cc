@@ -787,6 +787,27 @@ TEST(QueryDegenerate, ZeroUpperBoundFindsCrossingSurfaces) {
   EXPECT_LT((d.p_WA - d.p_WB).norm(), 1e-12);
 }
 
+// A NaN bound counts as no bound: Distance finds crossing surfaces (it used to skip the crossing
+// check and return +inf) and the true distance of parts apart; WithinDistance answers true at
+// once, as for +inf (it used to test every triangle pair and answer false).
+TEST(QueryDegenerate, NanBoundCountsAsNoBound) {
+  constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+  const auto box = MakeBox(Vec3(1, 1, 1)).Part();
+  const RigidTransform crossing = RigidTransform::Translation(Vec3(1.5, 0.3, 0.2));
+  const RigidTransform apart = RigidTransform::Translation(Vec3(5, 4, 2));
+  EXPECT_EQ(Distance(*box, {}, *box, crossing, kNan).distance, 0.0);
+  const DistanceResult d = Distance(*box, {}, *box, apart, kNan);
+  const DistanceResult unbounded = Distance(*box, {}, *box, apart);
+  EXPECT_EQ(d.distance, unbounded.distance);
+  EXPECT_NEAR(d.distance, std::sqrt(9.0 + 4.0), 1e-12);
+  EXPECT_EQ(d.p_WA, unbounded.p_WA);
+  EXPECT_EQ(d.p_WB, unbounded.p_WB);
+  EXPECT_TRUE(WithinDistance(*box, {}, *box, crossing, kNan));
+  EXPECT_TRUE(WithinDistance(*box, {}, *box, apart, kNan));
+  EXPECT_EQ(WithinDistance(*box, {}, *box, apart, kNan),
+            WithinDistance(*box, {}, *box, apart, std::numeric_limits<double>::infinity()));
+}
+
 TEST(QueryDegenerate, CoplanarAndSharedEdgeContacts) {
   // Two thin plates stacked exactly: coplanar contact of their faces.
   auto plate = MakeBox(Vec3(10, 10, 0.5)).Part();

@@ -407,6 +407,74 @@ TEST(Sweep, StartPoseInsideAnObstacleIsBlockedAtZero) {
   EXPECT_EQ(r.blocking_classes, std::vector<ClashClass>{ClashClass::kContained});
 }
 
+// A τ that is not finite is refused: with +inf every penetration would count as contact, and a
+// peg pushed through a plate would come out free; NaN compares false everywhere.
+TEST(Sweep, ANonFiniteContactToleranceIsRefused) {
+  const PartPtr plate = MakeBox(Vec3(10, 10, 0.5)).Part();
+  const PartPtr peg = MakeBox(Vec3(1, 1, 2)).Part();
+  const SweepObstacle o[] = {{plate.get(), RigidTransform::Identity(), 1}};
+  const Motion m = Ok(Motion::Linear(At(Vec3(0, 0, 10)), -Vec3::UnitZ(), 20));
+  // A finite τ blocks where the peg is τ into the plate: 7.5 mm of travel, plus τ.
+  const SweepResult finite = Sweep(*peg, m, o, Contact(0.01));
+  EXPECT_THAT(finite.status, testing::IsOk());
+  ASSERT_TRUE(finite.blocked);
+  EXPECT_NEAR(finite.t_contact * 20, 7.5 + 0.01, 0.01 / 4 + 1e-9);
+  for (const double tau : {kInf, -kInf, std::numeric_limits<double>::quiet_NaN()}) {
+    SCOPED_TRACE(tau);
+    const SweepResult r = Sweep(*peg, m, o, Contact(tau));
+    EXPECT_THAT(r.status, testing::StatusIs(absl::StatusCode::kInvalidArgument, "contact_mm"));
+    // Never free: not blocked, but nothing was checked.
+    EXPECT_FALSE(r.blocked);
+    EXPECT_TRUE(r.exhausted);
+    EXPECT_EQ(r.t_last_free, -1.0);
+    EXPECT_EQ(r.iterations, 0);
+    EXPECT_EQ(r.distance_queries, 0);
+  }
+}
+
+// An obstacle pose with a non-finite entry (or a world box that overflows) is refused before
+// any obstacle is ordered by box distance: NaN distances would break std::sort's ordering.
+TEST(Sweep, ANonFiniteObstaclePoseIsRefused) {
+  const PartPtr plate = MakeBox(Vec3(10, 10, 0.5)).Part();
+  const PartPtr peg = MakeBox(Vec3(1, 1, 2)).Part();
+  const Motion m = Ok(Motion::Linear(At(Vec3(0, 0, 10)), -Vec3::UnitZ(), 20));
+  constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+  RigidTransform nan_rotation;
+  nan_rotation.R(1, 2) = kNan;
+  // Finite entries, but far from rigid: the world box's extents overflow.
+  const RigidTransform overflowing{1e308 * Mat3::Identity(), Vec3::Zero()};
+  struct Case {
+    const char* name;
+    RigidTransform X_WO;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"NaN translation", At(Vec3(0, kNan, 0)), "non-finite"},
+      {"infinite translation", At(Vec3(kInf, 0, 0)), "non-finite"},
+      {"NaN rotation", nan_rotation, "non-finite"},
+      {"overflowing box", overflowing, "world box"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    // Many obstacles, so that the sort would have work to do; the bad one in the middle.
+    std::vector<SweepObstacle> o;
+    for (int i = 0; i < 40; ++i) {
+      o.push_back({plate.get(), At(Vec3(30.0 * (i % 7), 30.0 * (i / 7), 0)), uint64_t(i)});
+    }
+    o[17].X_WO = c.X_WO;
+    const SweepResult r = Sweep(*peg, m, o, Contact(0.01));
+    EXPECT_THAT(r.status, testing::StatusIs(absl::StatusCode::kInvalidArgument, c.message));
+    EXPECT_THAT(r.status, testing::StatusIs(absl::StatusCode::kInvalidArgument, "id 17"));
+    EXPECT_FALSE(r.blocked);
+    EXPECT_TRUE(r.exhausted);
+    EXPECT_EQ(r.iterations, 0);
+  }
+  // A missing part is refused too (it was an assert only).
+  const SweepObstacle none[] = {{nullptr, RigidTransform::Identity(), 3}};
+  EXPECT_THAT(Sweep(*peg, m, none, Contact(0.01)).status,
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "no part"));
+}
+
 TEST(Sweep, OptionsProfileStopAndCap) {
   const PartPtr table = MakeBox(Vec3(50, 50, 5), Vec3(0, 0, -5)).Part();
   const PartPtr box = MakeBox(Vec3(5, 5, 5)).Part();
@@ -830,6 +898,74 @@ TEST(FreeDirections, BoxOnATableIsFreeUpAndSidewaysButNotDown) {
   EXPECT_EQ(dirs[6].label, "+P1");
   EXPECT_NEAR(std::abs(dirs[6].direction_W.dot(X_WP.R.col(0))), 1.0, 1e-9);
   EXPECT_NEAR(std::abs(dirs[10].direction_W.z()), 1.0, 1e-9);
+}
+
+// With the default options (τ = 0: the default τ, 1e-3 of the diagonal) a box resting on a
+// table is decided in every direction, as the header's example says: before, τ fell to 1e-9 of
+// the diagonal, and each sideways slide ran into max_iterations (undecided, ~24 s each).
+TEST(FreeDirections, DefaultOptionsDecideABoxOnATable) {
+  const PartPtr table = MakeBox(Vec3(50, 50, 5), Vec3(0, 0, -5)).Part();
+  const PartPtr box = MakeBox(Vec3(4, 2.5, 1.5)).Part();
+  const SweepObstacle o[] = {{table.get(), RigidTransform::Identity(), 1}};
+  const FreeDirectionOptions opt;
+  ASSERT_EQ(opt.contact_mm, 0.0);
+  const double tau = FreeDirectionOptions::kDefaultContactRelative * box->bounds().Diagonal();
+  const std::vector<FreeDirection> dirs = FreeDirections(*box, At(Vec3(0, 0, 1.5)), o, opt);
+  ASSERT_EQ(dirs.size(), 12u);
+  for (const FreeDirection& f : dirs) {
+    const bool down = f.direction_W.z() < -0.99;
+    EXPECT_THAT(f.status, testing::IsOk()) << f.label;
+    EXPECT_FALSE(f.undecided) << f.label;
+    EXPECT_EQ(f.free, !down) << f.label;
+    if (down) {
+      EXPECT_NEAR(f.blocked_at_mm, tau, tau / 4 + 1e-9) << f.label;
+    }
+  }
+  // A negative τ is the default too.
+  FreeDirectionOptions negative;
+  negative.contact_mm = -1;
+  negative.principal_axes = false;
+  for (const FreeDirection& f : FreeDirections(*box, At(Vec3(0, 0, 1.5)), o, negative)) {
+    EXPECT_FALSE(f.undecided) << f.label;
+    EXPECT_EQ(f.free, f.direction_W.z() > -0.99) << f.label;
+  }
+}
+
+// A τ that is not finite, or a pose that is not, leaves every direction undecided, with the
+// reason; none is reported free (with τ = +inf every one was).
+TEST(FreeDirections, InvalidInputLeavesEveryDirectionUndecided) {
+  const PartPtr table = MakeBox(Vec3(50, 50, 5), Vec3(0, 0, -5)).Part();
+  const PartPtr box = MakeBox(Vec3(4, 2.5, 1.5)).Part();
+  constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+  const SweepObstacle o[] = {{table.get(), RigidTransform::Identity(), 1}};
+  const SweepObstacle bad_o[] = {{table.get(), At(Vec3(kNan, 0, 0)), 1}};
+  struct Case {
+    const char* name;
+    double tau;
+    RigidTransform X_WP;
+    std::span<const SweepObstacle> obstacles;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"infinite tau", kInf, At(Vec3(0, 0, 1.5)), o, "contact_mm"},
+      {"NaN tau", kNan, At(Vec3(0, 0, 1.5)), o, "contact_mm"},
+      {"minus infinite tau", -kInf, At(Vec3(0, 0, 1.5)), o, "contact_mm"},
+      {"NaN pose", 0.1, At(Vec3(0, kNan, 1.5)), o, "rigid"},
+      {"NaN obstacle pose", 0.1, At(Vec3(0, 0, 1.5)), bad_o, "non-finite"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    FreeDirectionOptions opt;
+    opt.contact_mm = c.tau;
+    const std::vector<FreeDirection> dirs = FreeDirections(*box, c.X_WP, c.obstacles, opt);
+    ASSERT_EQ(dirs.size(), 12u);
+    for (const FreeDirection& f : dirs) {
+      EXPECT_FALSE(f.free) << f.label;
+      EXPECT_TRUE(f.undecided) << f.label;
+      EXPECT_THAT(f.status, testing::StatusIs(absl::StatusCode::kInvalidArgument, c.message))
+          << f.label;
+    }
+  }
 }
 
 }  // namespace

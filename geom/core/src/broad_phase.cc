@@ -58,8 +58,16 @@ void DynamicAabbTree::FreeNode(int32_t node) {
   free_list_ = node;
 }
 
+bool DynamicAabbTree::Accepts(const Aabb& box) const {
+  if (box.IsEmpty()) return false;
+  // Written so that a NaN coordinate fails the test. The tight box is inside the fat one.
+  const Aabb fat = Fatten(box);
+  return (fat.min.array() >= -kMaxCoordinateMm).all() &&
+         (fat.max.array() <= kMaxCoordinateMm).all();
+}
+
 int32_t DynamicAabbTree::Insert(const Aabb& box, uint64_t user_id) {
-  assert(!box.IsEmpty() && box.min.allFinite() && box.max.allFinite());
+  if (!Accepts(box)) return kNullProxy;
   const int32_t leaf = AllocateNode();
   Node& n = nodes_[leaf];
   n.box = Fatten(box);
@@ -72,6 +80,7 @@ int32_t DynamicAabbTree::Insert(const Aabb& box, uint64_t user_id) {
 }
 
 void DynamicAabbTree::Remove(int32_t proxy) {
+  if (proxy == kNullProxy) return;
   assert(IsLiveLeaf(proxy));
   RemoveLeaf(proxy);
   FreeNode(proxy);
@@ -80,7 +89,7 @@ void DynamicAabbTree::Remove(int32_t proxy) {
 
 bool DynamicAabbTree::Move(int32_t proxy, const Aabb& box) {
   assert(IsLiveLeaf(proxy));
-  assert(!box.IsEmpty() && box.min.allFinite() && box.max.allFinite());
+  if (!Accepts(box)) return false;
   Node& n = nodes_[proxy];
   n.tight = box;
   if (n.box.Contains(box)) {

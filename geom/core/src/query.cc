@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <span>
 #include <utility>
@@ -884,6 +885,9 @@ double PlaneGap(const Triangle& x, const Triangle& y) {
 
 DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b,
                         const RigidTransform& X_WB, double upper_bound) {
+  // A NaN bound would fail every comparison below (no crossing check, no pruning, no answer):
+  // it counts as no bound at all.
+  if (std::isnan(upper_bound)) upper_bound = std::numeric_limits<double>::infinity();
   const PairFrame f(a, X_WA, b, X_WB);
   DistanceResult r;
   // Crossing surfaces are at distance 0: the early-exit overlap walk finds a witness far
@@ -947,6 +951,9 @@ DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b
 
 bool WithinDistance(const Part& a, const RigidTransform& X_WA, const Part& b,
                     const RigidTransform& X_WB, double d) {
+  // A NaN distance would fail every pruning test and visit every triangle pair: it counts as
+  // +inf (true at the first pair), as Distance's NaN bound does.
+  if (std::isnan(d)) d = std::numeric_limits<double>::infinity();
   const PairFrame f(a, X_WA, b, X_WB);
   bool within = false;
   const double bound = d;

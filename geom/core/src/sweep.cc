@@ -37,6 +37,33 @@ constexpr double kProfileStep = 1.0 / 64;
 // start (and than τ/2 or the clearance).
 constexpr double kDirectionalMarginRatio = 0.5;
 
+// Invalid input (SweepResult::status): a τ that is not finite, an obstacle without a part or
+// with a non-finite pose (or one so far out that its world box overflows). Such a pose would
+// give NaN box distances, which break the ordering of the obstacles.
+absl::Status CheckInput(std::span<const SweepObstacle> obstacles, const SweepOptions& options) {
+  if (!std::isfinite(options.contact_mm)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("contact_mm must be finite, got ", options.contact_mm));
+  }
+  for (std::size_t i = 0; i < obstacles.size(); ++i) {
+    const SweepObstacle& o = obstacles[i];
+    if (o.part == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("obstacle ", i, " (id ", o.id, ") has no part"));
+    }
+    if (!o.X_WO.R.allFinite() || !o.X_WO.t.allFinite()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("obstacle ", i, " (id ", o.id, ") has a pose with a non-finite entry"));
+    }
+    const Aabb box = o.part->bounds().Transformed(o.X_WO);
+    if (!box.min.allFinite() || !box.max.allFinite()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("obstacle ", i, " (id ", o.id, ") has a world box that is not finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 bool Blocks(ClashClass c) { return c == ClashClass::kHard || c == ClashClass::kContained; }
 
 // One obstacle blocking at a pose.
@@ -93,7 +120,12 @@ class Sweeper {
   // Obstacles sorted by the distance of their world box to the part's box at X.
   void SortByBoxDistance(const Aabb& box, std::vector<double>* lower) {
     lower->resize(obstacles_.size());
-    for (std::size_t i = 0; i < obstacles_.size(); ++i) (*lower)[i] = box.Distance(boxes_[i]);
+    for (std::size_t i = 0; i < obstacles_.size(); ++i) {
+      // The obstacles' boxes are finite (CheckInput); should the moving part's box not be, an
+      // unknown distance counts as 0 (measured first), which also keeps the order strict weak.
+      const double d = box.Distance(boxes_[i]);
+      (*lower)[i] = std::isnan(d) ? 0.0 : d;
+    }
     std::iota(order_.begin(), order_.end(), std::size_t{0});
     std::sort(order_.begin(), order_.end(),
               [&](std::size_t a, std::size_t b) { return (*lower)[a] < (*lower)[b]; });
@@ -408,6 +440,15 @@ Sphere TravelSphere(const Part& part) { return BoundingSphereRitter(part.mesh().
 SweepResult Sweep(const Part& moving, const Motion& motion,
                   std::span<const SweepObstacle> obstacles, const SweepOptions& options,
                   const std::function<bool()>& should_stop) {
+  if (absl::Status status = CheckInput(obstacles, options); !status.ok()) {
+    SweepResult r;
+    r.status = std::move(status);
+    r.contact_mm = options.contact_mm;
+    r.exhausted = true;  // nothing was checked: not proven free
+    r.t_last_free = -1.0;
+    r.X_contact = motion.PoseAt(r.t_contact);
+    return r;
+  }
   Sweeper sweeper(moving, motion, obstacles, options, should_stop);
   return sweeper.Run();
 }
@@ -439,7 +480,11 @@ std::vector<FreeDirection> FreeDirections(const Part& part, const RigidTransform
   const double distance =
       options.distance_mm > 0 ? options.distance_mm : 1.5 * part.bounds().Diagonal();
   SweepOptions sweep_options;
-  sweep_options.contact_mm = options.contact_mm;
+  // A τ that is not finite is passed on, for Sweep to refuse.
+  sweep_options.contact_mm =
+      std::isfinite(options.contact_mm) && options.contact_mm <= 0
+          ? FreeDirectionOptions::kDefaultContactRelative * part.bounds().Diagonal()
+          : options.contact_mm;
   sweep_options.max_iterations = options.max_iterations;
 
   std::vector<FreeDirection> out;
@@ -452,10 +497,12 @@ std::vector<FreeDirection> FreeDirections(const Part& part, const RigidTransform
     absl::StatusOr<Motion> motion = Motion::Linear(X_WP, dir, distance);
     if (!motion.ok()) {
       f.undecided = true;
+      f.status = motion.status();
       out.push_back(std::move(f));
       continue;
     }
     const SweepResult r = Sweep(part, *motion, obstacles, sweep_options, should_stop);
+    f.status = r.status;
     if (r.blocked) {
       f.blocked_at_mm = r.t_contact * distance;
       f.free_travel_mm = std::max(r.t_last_free, 0.0) * distance;

@@ -40,14 +40,24 @@ class DynamicAabbTree {
   /// as 0).
   explicit DynamicAabbTree(double fat_margin_relative = 0.05);
 
-  /// Inserts a box (finite, not empty); returns a proxy handle, stable until Remove.
+  /// Largest magnitude (mm) of a fat-box coordinate the tree accepts: the surface area of the
+  /// union of any such boxes stays finite, so the insertion costs never become inf - inf.
+  static constexpr double kMaxCoordinateMm = 1e150;
+
+  /// True when Insert and Move accept `box`: it is not empty and its fat box has every
+  /// coordinate within ±kMaxCoordinateMm (so a NaN or infinite coordinate is refused).
+  [[nodiscard]] bool Accepts(const Aabb& box) const;
+  /// Inserts a box; returns a proxy handle, stable until Remove. A box that the tree does not
+  /// accept (Accepts) is refused: the tree is left unchanged and kNullProxy is returned.
   int32_t Insert(const Aabb& box, uint64_t user_id);
-  /// Removes a proxy; its handle may be handed out again by a later Insert.
+  /// Removes a proxy; its handle may be handed out again by a later Insert. kNullProxy (a
+  /// refused Insert) is ignored.
   void Remove(int32_t proxy);
   /// Updates the tight box; reinserts only when it leaves the fat box, or when the fat box has
   /// become much larger than the new box needs (it reaches more than five margins beyond the
   /// box on some side, after the box shrank), so a shrunken instance stops reporting pairs it
-  /// cannot touch. Returns true when reinserted (with a fresh fat box).
+  /// cannot touch. Returns true when reinserted (with a fresh fat box). A box that the tree
+  /// does not accept (Accepts) is refused: the proxy keeps its boxes and false is returned.
   bool Move(int32_t proxy, const Aabb& box);
   /// The user id given at insertion.
   [[nodiscard]] uint64_t UserId(int32_t proxy) const;

@@ -73,12 +73,14 @@ struct DistanceResult {
 };
 
 /// Minimum surface distance. Pairs farther apart than `upper_bound` are ignored: when
-/// nothing is closer, distance stays +inf.
+/// nothing is closer, distance stays +inf. A NaN upper_bound counts as +inf (no bound).
 [[nodiscard]] DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b,
                                       const RigidTransform& X_WB,
                                       double upper_bound = std::numeric_limits<double>::infinity());
 
-/// True when some points of the two surfaces are within distance d (early exit).
+/// True when some points of the two surfaces are within distance d (early exit). A NaN d
+/// counts as +inf, as Distance's NaN bound does: true (at the first pair of leaves visited),
+/// so that an undefined clearance is reported violated rather than passed.
 [[nodiscard]] bool WithinDistance(const Part& a, const RigidTransform& X_WA, const Part& b,
                                   const RigidTransform& X_WB, double d);
 

@@ -6,6 +6,10 @@
 // models and temporal culling", 2007) with the displacement bound of motion.h. τ = contact_mm,
 // raised to 1e-9 of the larger of the part's diagonal and its travel when below that (so that
 // the steps stay finite): that floor is the τ of every step and of every classification below.
+// A τ that is not finite, an obstacle without a part or with a pose that has a non-finite entry
+// (or a world box that overflows) is invalid input: Sweep then checks nothing and says so in
+// SweepResult::status (INVALID_ARGUMENT), with `exhausted` set so that the answer never reads as
+// free.
 //
 // The loop visits poses 0 = t_0 < t_1 < ... of the moving part. At each pose t:
 //  1. d(t) = the minimum surface distance to the obstacles: obstacles are visited in order of
@@ -90,6 +94,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "clash/geom/interference.h"
 #include "clash/geom/motion.h"
 #include "clash/geom/part.h"
@@ -100,15 +105,18 @@ namespace clash::geom {
 /// A fixed obstacle: a part at a world pose, with the caller's id.
 struct SweepObstacle {
   const Part* part = nullptr;  ///< The part (not owned, not null; must outlive the call).
-  RigidTransform X_WO;         ///< Its world pose.
-  uint64_t id = 0;             ///< Caller's id, reported back.
+  /// Its world pose: rigid, as for every query (query.h); one with a non-finite entry is
+  /// refused (SweepResult::status).
+  RigidTransform X_WO;
+  uint64_t id = 0;  ///< Caller's id, reported back.
 };
 
 /// Settings of Sweep.
 struct SweepOptions {
   /// τ: surfaces within τ, or crossing by at most τ, touch (CONTACT, allowed); deeper blocks.
   /// At least 1e-9 of the larger of the part's diagonal and its travel (a lower value is
-  /// raised to that).
+  /// raised to that). Must be finite: +inf would let any penetration through, NaN means
+  /// nothing (SweepResult::status).
   double contact_mm = 0.0;
   /// Clearance C for reporting: the path's approach closer than C is sampled finely (see
   /// clearance_resolution_mm) so that the reported minimum distance is accurate there. 0: none.
@@ -127,6 +135,11 @@ struct SweepOptions {
 
 /// The outcome of one sweep.
 struct SweepResult {
+  /// OK, or INVALID_ARGUMENT naming the bad input (SweepOptions::contact_mm not finite; an
+  /// obstacle with a null part, a pose with a non-finite entry or a world box that is not
+  /// finite). When not OK nothing was checked: `exhausted` is set (NOT proven free),
+  /// t_last_free is -1 and iterations 0.
+  absl::Status status;
   bool blocked = false;  ///< Some pose penetrates an obstacle by more than τ (or is contained).
   /// τ the sweep used: SweepOptions::contact_mm, or the floor above it (see the top of this
   /// file).
@@ -186,8 +199,15 @@ struct SweepResult {
 struct FreeDirectionOptions {
   /// How far to test each direction; 0: 1.5 times the diagonal of the part's bounds.
   double distance_mm = 0.0;
-  /// τ, as in SweepOptions (a part resting on a face touches it).
+  /// τ, as in SweepOptions (a part resting on a face touches it). 0 (the default) or a finite
+  /// negative value: kDefaultContactRelative times the diagonal of the part's bounds. Sliding
+  /// along a face the part touches takes about distance_mm / τ checked poses, so a τ below
+  /// distance_mm / max_iterations leaves such directions undecided. A τ that is not finite
+  /// leaves every direction undecided (FreeDirection::status).
   double contact_mm = 0.0;
+  /// The default τ relative to the part's diagonal: about the deflection of a fine
+  /// tessellation, and 1500 checked poses to slide the default distance along a face.
+  static constexpr double kDefaultContactRelative = 1e-3;
   /// Also test ± the part's own principal axes (area-weighted, adaptive_bv.h).
   bool principal_axes = true;
   /// Cap on checked poses per direction.
@@ -205,7 +225,10 @@ struct FreeDirection {
   /// between it and blocked_at_mm, at most τ/4 farther.
   double free_travel_mm = 0.0;
   std::vector<uint64_t> blocking_ids;  ///< Obstacles blocking it.
-  bool undecided = false;              ///< The sweep was exhausted or stopped.
+  bool undecided = false;              ///< The sweep was exhausted or stopped, or invalid.
+  /// OK, or why the direction could not be swept (X_WP not a finite rigid transform, or
+  /// SweepResult::status); the direction is then undecided.
+  absl::Status status;
 };
 
 /// For a part at its installed pose X_WP among obstacles: sweeps it linearly along +X, -X, +Y,
