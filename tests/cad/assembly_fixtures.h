@@ -107,9 +107,12 @@ inline gp_Trsf Translation(const double (&v)[3]) {
 }
 
 /// Builds an XCAF document with `fill(shapes, colors)` and writes it to STEP at `path`, with names
-/// and colours, and `unit` as the file's length unit.
+/// and colours, and `unit` as the file's length unit. With `extern_prefix` (OCCT's multi-file
+/// mode), each part goes to a file of its own beside `path`, named `extern_prefix` + the part's
+/// name + ".stp", and `path` holds the assembly structure with external references to them.
 template <typename Fill>
-inline void WriteXcafStep(const std::filesystem::path& path, Fill fill, const char* unit = "MM") {
+inline void WriteXcafStep(const std::filesystem::path& path, Fill fill, const char* unit = "MM",
+                          const char* extern_prefix = nullptr) {
   QuietOcct quiet;
   Handle(XCAFApp_Application) app = XCAFApp_Application::GetApplication();
   Handle(TDocStd_Document) doc;
@@ -127,7 +130,7 @@ inline void WriteXcafStep(const std::filesystem::path& path, Fill fill, const ch
     STEPCAFControl_Writer writer;
     writer.SetNameMode(true);
     writer.SetColorMode(true);
-    const bool transferred = writer.Transfer(doc, STEPControl_AsIs);
+    const bool transferred = writer.Transfer(doc, STEPControl_AsIs, extern_prefix);
     const IFSelect_ReturnStatus written = writer.Write(path.c_str());
     Interface_Static::SetCVal("write.step.unit", previous.c_str());
     ASSERT_TRUE(transferred);

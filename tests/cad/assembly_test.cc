@@ -62,6 +62,8 @@ using testing::WriteSharedTreeStep;
 // Each test gets a private scratch folder `dir_`.
 using AssemblyTest = testing::ScratchDirTest;
 
+std::string ReadBytesOf(const fs::path& path) { return testing::ReadBytes(path); }
+
 TEST_F(AssemblyTest, GeneratedAssemblyHasKnownPartsPathsAndPlacements) {
   const fs::path path = dir_ / "plate_bolts.step";
   WriteAssemblyStep(path, "MM");
@@ -132,6 +134,91 @@ TEST_F(AssemblyTest, SingleSolidGivesOnePartAndOneIdentityInstance) {
   EXPECT_EQ(instance.placement.translation_mm, identity.translation_mm);
   EXPECT_EQ(assembly->parts[0].mesh.triangles.size(), 3u * 12);
   ExpectBoxNear(WorldBox(*assembly, instance), Box3{{10, 20, 30}, {50, 70, 90}}, 1e-6, "box");
+}
+
+// Signed volume enclosed by a part's triangles (divergence theorem): the solid's volume when the
+// surface is closed and wound counter-clockwise seen from outside.
+double SignedVolume(const MeshBuffers& mesh) {
+  double six_volume = 0;
+  const auto at = [&](uint32_t v) { return &mesh.xyz[3 * static_cast<std::size_t>(v)]; };
+  for (std::size_t t = 0; t + 2 < mesh.triangles.size(); t += 3) {
+    const double* a = at(mesh.triangles[t]);
+    const double* b = at(mesh.triangles[t + 1]);
+    const double* c = at(mesh.triangles[t + 2]);
+    six_volume += a[0] * (b[1] * c[2] - b[2] * c[1]) - a[1] * (b[0] * c[2] - b[2] * c[0]) +
+                  a[2] * (b[0] * c[1] - b[1] * c[0]);
+  }
+  return six_volume / 6;
+}
+
+TEST_F(AssemblyTest, StepWithExternalReferencesIsRefused) {
+  // OCCT's multi-file mode writes the part to a file of its own beside the main file, which refers
+  // to it by name. STEPCAFControl_Reader would read that file (or any other on the host the name
+  // points at, relative names against the input's folder) and merge it into the result.
+  const fs::path main = dir_ / "assembly.step";
+  testing::WriteXcafStep(
+      main,
+      [](const Handle(XCAFDoc_ShapeTool) & shapes, const Handle(XCAFDoc_ColorTool) & /*colors*/) {
+        const TDF_Label part = shapes->AddShape(BRepPrimAPI_MakeBox(10, 20, 30).Shape(), false);
+        TDataStd_Name::Set(part, "ext_part");
+        const TDF_Label top = shapes->NewShape();
+        TDataStd_Name::Set(top, "top");
+        shapes->AddComponent(top, part, TopLoc_Location());
+      },
+      "MM", /*extern_prefix=*/"");
+  const fs::path part = dir_ / "ext_part.stp";
+  ASSERT_TRUE(fs::exists(part)) << "OCCT wrote no referenced file";
+  // The referenced file is a good part on its own: without the refusal, the main file would import
+  // with its geometry.
+  ASSERT_THAT(ReadAssembly(part, {}), IsOk());
+  EXPECT_THAT(ReadBytesOf(main), HasSubstr("ext_part.stp"));
+
+  EXPECT_THAT(ReadAssembly(main, {}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               "read: the STEP file refers to 1 "
+                                               "external file (first: \"ext_part.stp\")"));
+  // The whole-file path refuses it the same way.
+  EXPECT_THAT(ReadAndTessellate(main, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "external file"));
+
+  // An absolute path reaches any STEP file on the host: refused too.
+  const fs::path elsewhere = dir_ / "elsewhere";
+  fs::create_directories(elsewhere);
+  fs::rename(part, elsewhere / "secret.stp");
+  std::string text = ReadBytesOf(main);
+  for (std::size_t at = text.find("'ext_part.stp'"); at != std::string::npos;
+       at = text.find("'ext_part.stp'")) {
+    text.replace(at, 14, "'" + (elsewhere / "secret.stp").string() + "'");
+  }
+  testing::WriteBytes(main, text);
+  const absl::StatusOr<ImportedAssembly> absolute = ReadAssembly(main, {});
+  EXPECT_THAT(absolute, StatusIs(absl::StatusCode::kInvalidArgument, "external file"));
+  EXPECT_THAT(std::string(absolute.status().message()), HasSubstr("secret.stp"));
+}
+
+TEST_F(AssemblyTest, IgesLooseFacesOfAllRootsAreOneClosedPart) {
+  // The box's faces as trimmed surfaces, each its own root (as many IGES writers store a body):
+  // taken root by root they would be six one-face parts, never sewn into the closed box.
+  const fs::path path = dir_ / "box_faces.igs";
+  testing::WriteIgesFacesAsRoots(BRepPrimAPI_MakeBox(10, 20, 30).Shape(), path);
+  const absl::StatusOr<ImportedAssembly> assembly = ReadAssembly(path, {});
+  ASSERT_THAT(assembly, IsOk());
+  EXPECT_EQ(assembly->roots_total, 6) << "the fixture has a root per face";
+  ASSERT_EQ(assembly->parts.size(), 1u);
+  ASSERT_EQ(assembly->instances.size(), 1u);
+  const MeshBuffers& mesh = assembly->parts[0].mesh;
+  EXPECT_EQ(mesh.faces_total, 6);
+  EXPECT_EQ(mesh.faces_meshed, 6);
+  EXPECT_THAT(CheckImportComplete(*assembly), IsOk());
+  // Sewn into a solid oriented outwards: the triangles enclose the box's volume (exact corners;
+  // only the rounding of a 6000 mm^3 sum remains).
+  EXPECT_NEAR(SignedVolume(mesh), 10 * 20 * 30, 1e-6);
+  ExpectBoxNear(WorldBox(*assembly, assembly->instances[0]), Box3{{0, 0, 0}, {10, 20, 30}}, 1e-9,
+                "box");
+  // The same mesh as the whole-file path gives.
+  const absl::StatusOr<MeshBuffers> whole = ReadAndTessellate(path, {});
+  ASSERT_THAT(whole, IsOk());
+  EXPECT_EQ(whole->triangles.size(), mesh.triangles.size());
+  EXPECT_NEAR(SignedVolume(*whole), SignedVolume(mesh), 1e-6);
 }
 
 TEST_F(AssemblyTest, MissingFileIsNotFound) {
@@ -433,6 +520,24 @@ TEST(RealAssemblies, As1HasFivePartsAndEighteenInstances) {
       EXPECT_LE(box.max[k], outer.max[k] + tol) << instance.path << " axis " << k;
     }
   }
+}
+
+TEST(RealAssemblies, DamagedIgesMeshesEveryFaceTheWholeFilePathMeshes) {
+  // OCCT's bug 22566 file: 9 faces, each its own root. Sewn one by one, a lone face broke and the
+  // whole import failed ("mesh: none of the 1 faces produced triangles (part "FACE")"); the
+  // whole-file path, which sews them together, meshes all 9.
+  const fs::path path = DataFile("bug22566_test_Bad.igs");
+  if (!fs::exists(path)) GTEST_SKIP() << "real CAD data not found at " << path;
+  const absl::StatusOr<MeshBuffers> whole = ReadAndTessellate(path, {});
+  ASSERT_THAT(whole, IsOk());
+  EXPECT_EQ(whole->faces_meshed, whole->faces_total);
+  const absl::StatusOr<ImportedAssembly> assembly = ReadAssembly(path, {});
+  ASSERT_THAT(assembly, IsOk());
+  ASSERT_EQ(assembly->parts.size(), 1u);
+  ASSERT_EQ(assembly->instances.size(), 1u);
+  EXPECT_EQ(assembly->parts[0].mesh.faces_total, whole->faces_total);
+  EXPECT_EQ(assembly->parts[0].mesh.faces_meshed, whole->faces_meshed);
+  EXPECT_EQ(assembly->parts[0].mesh.triangles.size(), whole->triangles.size());
 }
 
 TEST(RealAssemblies, MotorDeflectionIsPerPart) {

@@ -6,17 +6,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <BRepPrimAPI_MakeBox.hxx>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -64,6 +69,82 @@ TEST(Sha256, KnownVectors) {
   EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_THAT(Sha256OfFile("/nonexistent/file.step"),
               StatusIs(absl::StatusCode::kNotFound, "no such"));
+}
+
+// Runs `call` on a thread of its own and waits at most `seconds` for it: a call that blocks for
+// good (a FIFO with no writer, /dev/zero read to its end) fails the test instead of hanging it.
+// The thread is left behind then; the test binary exits with it.
+absl::StatusOr<std::string> WithinSeconds(double seconds,
+                                          std::function<absl::StatusOr<std::string>()> call) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<std::string>>>();
+  std::future<absl::StatusOr<std::string>> result = promise->get_future();
+  std::thread([promise, call = std::move(call)] { promise->set_value(call()); }).detach();
+  if (result.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) {
+    return absl::DeadlineExceededError("the call did not return in time");
+  }
+  return result.get();
+}
+
+TEST_F(ImportCacheTest, OnlyRegularFilesAreHashedAndHashingCanBeCancelled) {
+  // A device never ends and a FIFO blocks until a writer comes: both are refused at once.
+  EXPECT_THAT(WithinSeconds(10, [] { return Sha256OfFile("/dev/zero"); }),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not a regular file"));
+  const fs::path fifo = dir_ / "fifo.step";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  EXPECT_THAT(WithinSeconds(10, [&] { return Sha256OfFile(fifo.string()); }),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not a regular file"));
+  EXPECT_THAT(Sha256OfFile(dir_.string()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not a regular file"));
+  // Through the cache, before any worker starts.
+  auto cache = ImportCache::Open((dir_ / "cache").string());
+  ASSERT_THAT(cache, IsOk());
+  EXPECT_THAT(WithinSeconds(10,
+                            [&]() -> absl::StatusOr<std::string> {
+                              auto r = ImportAssemblyWithCache("/dev/zero", {}, limits_, *cache);
+                              if (!r.ok()) return r.status();
+                              return r->key;
+                            }),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not a regular file"));
+
+  // The cancel flag is checked while hashing.
+  const std::atomic<bool> cancelled{true};
+  EXPECT_THAT(Sha256OfFile(sample_, &cancelled),
+              StatusIs(absl::StatusCode::kCancelled, "cancelled"));
+  EXPECT_THAT(ImportWithCache(sample_, {}, limits_, *cache, &cancelled),
+              StatusIs(absl::StatusCode::kCancelled, "cancelled"));
+  const std::atomic<bool> running{false};
+  EXPECT_EQ(*Sha256OfFile(sample_, &running), Sha256Hex(testing::ReadBytes(sample_)));
+}
+
+TEST_F(ImportCacheTest, AFileChangedDuringTheImportIsNotStored) {
+  // A worker wrapper replaces the file after it was hashed, then runs the real worker: the
+  // import reads other content than the key names.
+  const fs::path file = dir_ / "part.step";
+  fs::copy_file(sample_, file);
+  const fs::path other = dir_ / "other.step";
+  testing::WriteStep(BRepPrimAPI_MakeBox(10, 20, 30).Shape(), other);
+  const fs::path wrapper = dir_ / "swapping-worker.sh";
+  std::ofstream(wrapper) << "#!/bin/sh\n/bin/cp '" << other.string() << "' '" << file.string()
+                         << "'\nexec '" << CLASH_CAD_WORKER_PATH << "' \"$@\"\n";
+  fs::permissions(wrapper, fs::perms::owner_all);
+  IsolationLimits swapping = limits_;
+  swapping.worker_path = wrapper.string();
+  const fs::path cache_dir = dir_ / "cache";
+  auto cache = ImportCache::Open(cache_dir.string());
+  ASSERT_THAT(cache, IsOk());
+  const std::string key_before = ImportCacheKey(*Sha256OfFile(sample_), {}, ImportKind::kMesh);
+
+  EXPECT_THAT(ImportWithCache(file.string(), {}, swapping, *cache),
+              StatusIs(absl::StatusCode::kAborted, "changed while it was imported"));
+  auto stored = cache->Load(key_before);
+  ASSERT_THAT(stored, IsOk());
+  EXPECT_FALSE(stored->has_value()) << "the box was stored under the screw's key";
+  EXPECT_TRUE(fs::is_empty(cache_dir));
+
+  // Unchanged, the same file imports and is stored.
+  auto again = ImportWithCache(file.string(), {}, limits_, *cache);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_TRUE(again->stored);
 }
 
 TEST(ImportCacheKeys, DependOnContentAndOptions) {

@@ -12,6 +12,8 @@
 #include <STEPControl_Controller.hxx>
 #include <STEPControl_Writer.hxx>
 #include <Standard_Handle.hxx>
+#include <TopAbs.hxx>
+#include <TopExp_Explorer.hxx>
 #include <TopoDS_Shape.hxx>
 #include <filesystem>
 #include <fstream>
@@ -80,6 +82,19 @@ inline void WriteIges(const TopoDS_Shape& shape, const std::filesystem::path& pa
   IGESControl_Controller::Init();
   IGESControl_Writer writer(unit, brep_mode ? 1 : 0);
   ASSERT_TRUE(writer.AddShape(shape));
+  writer.ComputeModel();
+  ASSERT_TRUE(writer.Write(path.c_str()));
+}
+
+/// Writes each face of `shape` to IGES as a root of its own (loose trimmed surfaces), as many IGES
+/// writers store a body.
+inline void WriteIgesFacesAsRoots(const TopoDS_Shape& shape, const std::filesystem::path& path) {
+  QuietOcct quiet;
+  IGESControl_Controller::Init();
+  IGESControl_Writer writer("MM", 0);
+  for (TopExp_Explorer it(shape, TopAbs_FACE); it.More(); it.Next()) {
+    ASSERT_TRUE(writer.AddShape(it.Current()));
+  }
   writer.ComputeModel();
   ASSERT_TRUE(writer.Write(path.c_str()));
 }

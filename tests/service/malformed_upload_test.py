@@ -221,9 +221,12 @@ class MalformedUploadTest(unittest.TestCase):
                               {OK}, "", {"strict": True})
         self.assertTrue(r.assembly.report.complete)
         self.assertEqual(r.assembly.report.faces_meshed, 1)
-        # A damaged IGES whose one face gives no triangles: unreadable, the phase is mesh.
-        self.upload("bug22566_test_Bad.igs", "bug22566_test_Bad.igs",
-                    read(path("bug22566_test_Bad.igs")), {"INVALID_ARGUMENT"}, "mesh", {})
+        # A damaged IGES one of whose faces gives no triangles once sewn: the faces as read are
+        # meshed instead, all 9 of them, as the whole-file import does (it was refused whole).
+        code, r = self.upload("bug22566_test_Bad.igs", "bug22566_test_Bad.igs",
+                              read(path("bug22566_test_Bad.igs")), {OK}, "", {})
+        self.assertEqual(r.assembly.report.faces_meshed, 9)
+        self.assertEqual(r.assembly.report.faces_total, 9)
 
     def test_deflection_below_the_floor(self):
         t = self.pb.parts_pb2.TessellationOptions(linear_deflection_mm=1e-9)

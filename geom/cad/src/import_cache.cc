@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -76,6 +77,18 @@ std::string Hex(const std::array<unsigned char, kDigestBytes>& d) {
   return s;
 }
 
+// Closes a file descriptor on destruction.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() { close(fd_); }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+
+ private:
+  int fd_;
+};
+
 bool IsKey(std::string_view key) {
   if (key.size() != 2 * kDigestBytes) return false;
   for (char c : key) {
@@ -92,19 +105,39 @@ std::string Sha256Hex(std::string_view bytes) {
   return Hex(h.Finish());
 }
 
-absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
-    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot be read"));
+absl::StatusOr<std::string> Sha256OfFile(const std::string& path, const std::atomic<bool>* cancel) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (nor a device for its carrier); the
+  // type is checked on the open descriptor, so the file cannot be swapped in between.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot be read: ", std::strerror(error)));
+  }
+  const ScopedFd closer(fd);
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    // A FIFO or a device (/dev/zero) would never end, or block: only files are imported.
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
   Sha256 h;
   std::string buffer(1 << 20, '\0');
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    h.Update(std::string_view(buffer.data(), static_cast<std::size_t>(in.gcount())));
+  for (;;) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      return absl::CancelledError(absl::StrCat("hashing ", path, " cancelled"));
+    }
+    const ssize_t n = read(fd, buffer.data(), buffer.size());
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::InvalidArgumentError(absl::StrCat(path, ": read error: ", std::strerror(errno)));
+    }
+    h.Update(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
   }
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
   return Hex(h.Finish());
 }
 
@@ -230,8 +263,8 @@ template <typename T, typename Cached, typename Import>
 absl::StatusOr<Cached> ImportThroughCache(const std::string& path,
                                           const TessellationOptions& options,
                                           const ImportCache& cache, T Cached::*value,
-                                          Import import) {
-  absl::StatusOr<std::string> file_hash = Sha256OfFile(path);
+                                          const std::atomic<bool>* cancel, Import import) {
+  absl::StatusOr<std::string> file_hash = Sha256OfFile(path, cancel);
   if (!file_hash.ok()) return file_hash.status();
   Cached out;
   out.key = ImportCacheKey(*file_hash, options, kKindOf<T>);
@@ -244,6 +277,14 @@ absl::StatusOr<Cached> ImportThroughCache(const std::string& path,
   }
   absl::StatusOr<T> imported = import();
   if (!imported.ok()) return imported.status();
+  // The worker opened `path` again: when the file changed since it was hashed, the result may
+  // be of other content than the key names, and must not be stored (nor handed out under it).
+  absl::StatusOr<std::string> hash_after = Sha256OfFile(path, cancel);
+  if (!hash_after.ok()) return hash_after.status();
+  if (*hash_after != *file_hash) {
+    return absl::AbortedError(
+        absl::StrCat(path, " changed while it was imported; nothing was cached (import it again)"));
+  }
   out.*value = *std::move(imported);
   if constexpr (kKindOf<T> == ImportKind::kMesh) {
     out.stored = cache.Store(out.key, out.*value).ok();
@@ -324,7 +365,7 @@ absl::StatusOr<CachedImport> ImportWithCache(const std::string& path,
                                              const IsolationLimits& limits,
                                              const ImportCache& cache,
                                              const std::atomic<bool>* cancel) {
-  return ImportThroughCache(path, options, cache, &CachedImport::mesh,
+  return ImportThroughCache(path, options, cache, &CachedImport::mesh, cancel,
                             [&] { return ImportIsolated(path, options, limits, cancel); });
 }
 
@@ -333,7 +374,7 @@ absl::StatusOr<CachedAssemblyImport> ImportAssemblyWithCache(const std::string& 
                                                              const IsolationLimits& limits,
                                                              const ImportCache& cache,
                                                              const std::atomic<bool>* cancel) {
-  return ImportThroughCache(path, options, cache, &CachedAssemblyImport::assembly,
+  return ImportThroughCache(path, options, cache, &CachedAssemblyImport::assembly, cancel,
                             [&] { return ImportAssemblyIsolated(path, options, limits, cancel); });
 }
 

@@ -14,7 +14,18 @@
 //   every path, or each call would leak a document.
 // - A triangulation left in a face by meshing another part (shared sub-shape) would be reused at
 //   that part's deflection, so each part's triangulations are cleared before meshing it.
+// - STEPCAFControl_Reader::Transfer reads every file a STEP file refers to (external references)
+//   from the host's file system: such files are refused before transfer
+//   (internal::RefuseExternalReferences).
+// - IGES has no product structure that IGESCAFControl_Reader turns into an assembly: it makes
+//   every root entity a free shape, and IGES writers commonly store each trimmed surface as its own
+//   root. Parts made root by root would be single faces: sewn alone they never close into shells
+//   (so no containment test), adjacent faces of one body would touch along every edge as separate
+//   parts, and sewing a lone face can break it. So an IGES file is one part: the faces of all roots
+//   sewn together, exactly the shape the whole-file path (ReadAndTessellate) meshes, placed at
+//   the identity (ImportIgesAsOnePart).
 #include <BRepTools.hxx>
+#include <BRep_Builder.hxx>
 #include <IFSelect_ReturnStatus.hxx>
 #include <IGESCAFControl_Reader.hxx>
 #include <Quantity_Color.hxx>
@@ -30,6 +41,7 @@
 #include <TopAbs.hxx>
 #include <TopExp_Explorer.hxx>
 #include <TopLoc_Location.hxx>
+#include <TopoDS_Compound.hxx>
 #include <TopoDS_Shape.hxx>
 #include <XCAFApp_Application.hxx>
 #include <XCAFDoc_ColorTool.hxx>
@@ -47,6 +59,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -119,6 +132,11 @@ absl::StatusOr<TransferReport> TransferInto(CafReader& reader, BaseReader& base,
     return absl::InvalidArgumentError(absl::StrCat("read: OCCT cannot parse the ", format,
                                                    " file (IFSelect status ",
                                                    static_cast<int>(read_status), ")"));
+  }
+  if constexpr (std::is_same_v<BaseReader, STEPControl_Reader>) {
+    if (absl::Status refused = internal::RefuseExternalReferences(base.WS()); !refused.ok()) {
+      return refused;
+    }
   }
   TransferReport report;
   report.checks = internal::CountLoadChecks(base.WS());
@@ -235,11 +253,10 @@ std::vector<std::string> UniqueSegments(const std::vector<std::string>& names) {
 class Walker {
  public:
   Walker(Handle(XCAFDoc_ShapeTool) shapes, Handle(XCAFDoc_ColorTool) colors,
-         const TessellationOptions& options, bool sew, ImportedAssembly* out)
+         const TessellationOptions& options, ImportedAssembly* out)
       : shapes_(std::move(shapes)),
         colors_(std::move(colors)),
         options_(options),
-        sew_(sew),
         triangles_left_(options.max_triangles),
         out_(out) {}
 
@@ -399,7 +416,6 @@ class Walker {
       return absl::ResourceExhaustedError(absl::StrCat(
           "mesh: max_triangles (", options_.max_triangles, ") reached before part \"", name, "\""));
     }
-    if (sew_) shape = internal::SewLooseFaces(shape);
     BRepTools::Clean(shape);
     TessellationOptions part_options = options_;
     part_options.max_triangles = triangles_left_;
@@ -417,12 +433,60 @@ class Walker {
   Handle(XCAFDoc_ShapeTool) shapes_;
   Handle(XCAFDoc_ColorTool) colors_;
   TessellationOptions options_;
-  bool sew_;
   std::size_t triangles_left_;
   ImportedAssembly* out_;
   std::map<std::string, int> part_of_label_;  // label entry -> part index, -1 for no geometry
   std::map<std::string, uint64_t> instances_of_label_;  // label entry -> InstancesOf
 };
+
+// An IGES file's free shapes as one part with one instance at the identity (see the file comment):
+// the faces of all roots, in their places, sewn together as MeshLooseFaces does. The part takes
+// the roots' name and colour when they all agree (else "part0" and none); roots without faces
+// count as empty parts.
+absl::Status ImportIgesAsOnePart(const Handle(XCAFDoc_ColorTool) & colors,
+                                 const TDF_LabelSequence& free_shapes,
+                                 const TessellationOptions& options, ImportedAssembly* out) {
+  BRep_Builder builder;
+  TopoDS_Compound all;
+  builder.MakeCompound(all);
+  std::optional<std::string> name;
+  bool names_agree = true;
+  std::optional<Color> color;
+  for (int i = 1; i <= free_shapes.Length(); ++i) {
+    const TDF_Label& label = free_shapes.Value(i);
+    const TopoDS_Shape shape = XCAFDoc_ShapeTool::GetShape(label);  // with its location
+    if (shape.IsNull() || !TopExp_Explorer(shape, TopAbs_FACE).More()) {
+      ++out->empty_parts;
+      continue;
+    }
+    builder.Add(all, shape);
+    const std::string root_name = NameOf(label);
+    if (!name) name = root_name;
+    names_agree = names_agree && *name == root_name;
+    const Color root_color = ColorOf(colors, label);
+    if (!color) color = root_color;
+    if (*color != root_color) color = Color();  // they differ: none
+  }
+  if (!name) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "assemble: no part with geometry among the file's ", free_shapes.Length(), " root shapes"));
+  }
+  const std::string part_name = names_agree && !name->empty() ? *name : "part0";
+  absl::StatusOr<MeshBuffers> mesh = internal::MeshLooseFaces(all, options);
+  if (!mesh.ok()) {
+    return absl::Status(mesh.status().code(),
+                        absl::StrCat(mesh.status().message(), " (part \"", part_name, "\")"));
+  }
+  out->parts.push_back(AssemblyPart{StoredName(part_name), *std::move(mesh)});
+  AssemblyInstance instance;
+  instance.path = UniqueSegments({part_name}).front();
+  instance.name = StoredName(part_name);
+  instance.part = 0;
+  instance.placement = ToPlacement(gp_Trsf());
+  instance.color_rgb = *color;
+  out->instances.push_back(std::move(instance));
+  return absl::OkStatus();
+}
 
 // Read, transfer, walk and mesh; `phase` tracks progress for the exception handler.
 absl::StatusOr<ImportedAssembly> ImportLocked(const std::string& path, CadFormat format,
@@ -464,7 +528,14 @@ absl::StatusOr<ImportedAssembly> ImportLocked(const std::string& path, CadFormat
     root.location = XCAFDoc_ShapeTool::GetShape(root.definition).Location();
     roots.push_back(root);
   }
-  Walker walker(shapes, colors, options, format == CadFormat::kIges, &out);
+  if (format == CadFormat::kIges) {
+    if (absl::Status status = ImportIgesAsOnePart(colors, free_shapes, options, &out);
+        !status.ok()) {
+      return status;
+    }
+    return out;
+  }
+  Walker walker(shapes, colors, options, &out);
   // Refuse an expansion past the cap before meshing anything or building any instance.
   absl::StatusOr<uint64_t> instances = walker.CountInstances(roots);
   if (!instances.ok()) return instances.status();

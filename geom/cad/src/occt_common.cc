@@ -6,6 +6,7 @@
 #include <BRepBuilderAPI_Sewing.hxx>
 #include <BRepLib.hxx>
 #include <BRepMesh_IncrementalMesh.hxx>
+#include <BRepTools.hxx>
 #include <BRep_Builder.hxx>
 #include <BRep_Tool.hxx>
 #include <Bnd_Box.hxx>
@@ -17,6 +18,7 @@
 #include <Message.hxx>
 #include <Poly_Triangulation.hxx>
 #include <STEPCAFControl_Reader.hxx>
+#include <STEPConstruct_ExternRefs.hxx>
 #include <STEPControl_Reader.hxx>
 #include <Standard_Failure.hxx>
 #include <Standard_OutOfMemory.hxx>
@@ -48,6 +50,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "occt_warm_up.h"
+#include "utf8.h"
 
 namespace clash::cad::internal {
 namespace {
@@ -56,8 +59,17 @@ namespace {
 // tolerances; 1e-3 mm closes their gaps and stays far below any useful mesh deflection.
 constexpr double kIgesSewingToleranceMm = 1e-3;
 
+// Longest quote of a referenced file name in an error message, in bytes.
+constexpr std::size_t kMaxQuotedNameBytes = 256;
+
 bool Contains(const TopoDS_Shape& shape, TopAbs_ShapeEnum type) {
   return TopExp_Explorer(shape, type).More();
+}
+
+int CountFaces(const TopoDS_Shape& shape) {
+  TopTools_IndexedMapOfShape faces;
+  TopExp::MapShapes(shape, TopAbs_FACE, faces);
+  return faces.Extent();
 }
 
 // The chordal deflection to mesh with, from the options and the shape's bounding box.
@@ -175,6 +187,20 @@ LoadChecks CountLoadChecks(const Handle(XSControl_WorkSession) & session) {
   return result;
 }
 
+absl::Status RefuseExternalReferences(const Handle(XSControl_WorkSession) & session) {
+  STEPConstruct_ExternRefs refs(session);
+  refs.LoadExternRefs();
+  const int count = refs.NbExternRefs();
+  if (count <= 0) return absl::OkStatus();
+  const char* first = refs.FileName(1);
+  const std::string name = ToValidUtf8(first != nullptr ? first : "");
+  return absl::InvalidArgumentError(absl::StrCat(
+      "read: the STEP file refers to ", count, " external file", count == 1 ? "" : "s",
+      " (first: \"", std::string(Utf8Prefix(name, kMaxQuotedNameBytes)),
+      "\"); files with external references are not imported: reading them would read other "
+      "files on this host. Export the assembly as a single file"));
+}
+
 // IGES often carries loose trimmed surfaces: sew them into shells, and turn closed shells into
 // solids oriented outwards so that face orientation means "outside". Shapes that already have
 // shells or solids are returned unchanged.
@@ -209,6 +235,25 @@ TopoDS_Shape SewLooseFaces(const TopoDS_Shape& shape) {
     builder.Add(result, it.Current());
   }
   return result;
+}
+
+absl::StatusOr<MeshBuffers> MeshLooseFaces(const TopoDS_Shape& shape,
+                                           const TessellationOptions& options) {
+  const TopoDS_Shape sewn = SewLooseFaces(shape);
+  if (sewn.IsSame(shape)) return MeshOwnedShape(shape, options);
+  absl::StatusOr<MeshBuffers> from_sewn = MeshOwnedShape(sewn, options);
+  // A cap or a size limit is not what sewing breaks: meshing again would only double the time.
+  if (!from_sewn.ok() && !absl::IsInvalidArgument(from_sewn.status())) return from_sewn;
+  if (from_sewn.ok() && from_sewn->faces_meshed == from_sewn->faces_total &&
+      from_sewn->faces_total >= CountFaces(shape)) {
+    return from_sewn;
+  }
+  // Sewing may share faces with `shape`: clear what meshing the sewn shape stored in them.
+  BRepTools::Clean(shape);
+  absl::StatusOr<MeshBuffers> from_read = MeshOwnedShape(shape, options);
+  if (!from_read.ok()) return from_sewn;
+  if (from_sewn.ok() && from_sewn->faces_meshed >= from_read->faces_meshed) return from_sewn;
+  return from_read;
 }
 
 // Meshes `shape` in place and copies every face's triangles into MeshBuffers. The shape must not

@@ -90,9 +90,28 @@ struct LoadChecks {
 /// Counts the entities flagged by the parser of `session`'s current model.
 LoadChecks CountLoadChecks(const Handle(XSControl_WorkSession) & session);
 
+/// Refuses a STEP model (read into `session`, not yet transferred) that refers to other files:
+/// INVALID_ARGUMENT naming the first one. STEPCAFControl_Reader::Transfer reads every file such a
+/// model names (DOCUMENT_FILE / APPLIED_EXTERNAL_IDENTIFICATION_ASSIGNMENT, or the documents of a
+/// PRODUCT_DEFINITION_WITH_ASSOCIATED_DOCUMENTS): relative names against the input's folder,
+/// absolute paths as given, anywhere on the host, and merges them into the result. Reading other
+/// files than the one given is never wanted (the cache key covers only that file's bytes), and
+/// OCCT has no switch to turn it off, so such files are refused. The check finds the references
+/// with the same STEPConstruct_ExternRefs::LoadExternRefs that Transfer uses, so a file it passes
+/// makes Transfer read no other file.
+absl::Status RefuseExternalReferences(const Handle(XSControl_WorkSession) & session);
+
 /// IGES often carries loose trimmed surfaces: sews them into shells and turns closed shells into
 /// solids oriented outwards. Shapes that already have shells or solids are returned unchanged.
 TopoDS_Shape SewLooseFaces(const TopoDS_Shape& shape);
+
+/// Meshes loose IGES faces: sews them (SewLooseFaces) and meshes the sewn shape, but when sewing
+/// lost or broke a face (the sewn shape meshes fewer faces than `shape` has, or fails), meshes
+/// `shape` as read too and keeps whichever meshes more faces (the sewn one on a tie; the sewn
+/// one's error when both fail). Sewing a lone or damaged face can leave it with no triangles.
+/// `shape` must be owned by the caller as for MeshOwnedShape.
+absl::StatusOr<MeshBuffers> MeshLooseFaces(const TopoDS_Shape& shape,
+                                           const TessellationOptions& options);
 
 /// Meshes `shape` in place (deflection from `options` and the shape's own bounding box) and
 /// copies every face's triangles into MeshBuffers (the report counters are left at 0). The shape

@@ -19,6 +19,7 @@
 #include <XSControl_WorkSession.hxx>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,6 +57,13 @@ absl::StatusOr<ReadResult> ReadWith(Reader& reader, const std::string& path, con
                                                    " file (IFSelect status ",
                                                    static_cast<int>(read_status), ")"));
   }
+  if constexpr (std::is_same_v<Reader, STEPControl_Reader>) {
+    // STEPControl_Reader itself follows no reference, but a file that has them is refused the
+    // same in every import path (see RefuseExternalReferences).
+    if (absl::Status refused = internal::RefuseExternalReferences(reader.WS()); !refused.ok()) {
+      return refused;
+    }
+  }
   ReadResult result;
   const internal::LoadChecks checks = internal::CountLoadChecks(reader.WS());
   result.load_failures = checks.failures;
@@ -90,13 +98,15 @@ absl::StatusOr<MeshBuffers> ImportLocked(const std::string& path, CadFormat form
   } else {
     IGESControl_Reader reader;
     read = ReadWith(reader, path, "IGES", phase);
-    if (read.ok()) read->shape = internal::SewLooseFaces(read->shape);
   }
   if (!read.ok()) return read.status();
 
   *phase = Phase::kMesh;
-  // The shape came out of a reader local to this call, so nobody else holds it.
-  absl::StatusOr<MeshBuffers> mesh = internal::MeshOwnedShape(read->shape, options);
+  // The shape came out of a reader local to this call, so nobody else holds it. IGES faces are
+  // sewn first, unless sewing would lose one (MeshLooseFaces).
+  absl::StatusOr<MeshBuffers> mesh = format == CadFormat::kIges
+                                         ? internal::MeshLooseFaces(read->shape, options)
+                                         : internal::MeshOwnedShape(read->shape, options);
   if (!mesh.ok()) return mesh.status();
   mesh->roots_total = read->roots_total;
   mesh->roots_transferred = read->roots_transferred;

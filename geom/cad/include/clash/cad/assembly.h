@@ -82,11 +82,14 @@ struct ImportedAssembly {
 
 /// Reads the STEP or IGES file at `path` (format sniffed from its content) as an assembly tree and
 /// tessellates every distinct part once; relative deflection is measured on each part's own
-/// bounding box, and max_triangles caps the sum over parts. Errors: NOT_FOUND (no such file),
-/// INVALID_ARGUMENT (bad options, a file that cannot be read or transferred, no part with
-/// geometry, or a part that cannot be meshed; the message names the phase), RESOURCE_EXHAUSTED
-/// (above max_triangles, more than kMaxAssemblyInstances instances, or out of memory), INTERNAL
-/// (unexpected failure).
+/// bounding box, and max_triangles caps the sum over parts. An IGES file, which has no product
+/// structure, is one part (its roots' faces sewn together, as ReadAndTessellate meshes them) with
+/// one instance at the identity. A STEP file that refers to other files (external references) is
+/// refused: OCCT would read them from anywhere on the host. Errors: NOT_FOUND (no such file),
+/// INVALID_ARGUMENT (bad options, external references, a file that cannot be read or transferred,
+/// no part with geometry, or a part that cannot be meshed; the message names the phase),
+/// RESOURCE_EXHAUSTED (above max_triangles, more than kMaxAssemblyInstances instances, or out of
+/// memory), INTERNAL (unexpected failure).
 [[nodiscard]] absl::StatusOr<ImportedAssembly> ReadAssembly(const std::string& path,
                                                             const TessellationOptions& options);
 

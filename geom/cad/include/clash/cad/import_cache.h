@@ -25,7 +25,9 @@ namespace clash::cad {
 /// Version 2: keys name the kind of import (mesh or assembly).
 /// Version 3: assemblies capped at kMaxAssemblyInstances, names valid UTF-8 cut on a character
 /// boundary, sibling path segments unique (entries of version 2 could hold duplicate paths).
-inline constexpr int kImportCacheVersion = 3;
+/// Version 4: an IGES assembly is one part (its roots' faces sewn together); STEP files with
+/// external references are refused (entries of version 3 could hold other files' geometry).
+inline constexpr int kImportCacheVersion = 4;
 
 /// What an import produced, and so what its cache entry holds.
 enum class ImportKind {
@@ -36,9 +38,12 @@ enum class ImportKind {
 /// SHA-256 of `bytes`, as 64 lowercase hex digits.
 [[nodiscard]] std::string Sha256Hex(std::string_view bytes);
 
-/// SHA-256 of a file's bytes (read in chunks), as 64 lowercase hex digits. NOT_FOUND for a
-/// missing file, INVALID_ARGUMENT for one that cannot be read.
-[[nodiscard]] absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
+/// SHA-256 of a regular file's bytes (read in chunks), as 64 lowercase hex digits. NOT_FOUND for
+/// a missing file; INVALID_ARGUMENT for one that cannot be read or is not a regular file (a FIFO,
+/// a device such as /dev/zero or a folder: it is refused at once, without waiting for a writer or
+/// reading without end); CANCELLED once `*cancel` is true (checked before every chunk).
+[[nodiscard]] absl::StatusOr<std::string> Sha256OfFile(const std::string& path,
+                                                       const std::atomic<bool>* cancel = nullptr);
 
 /// The cache key of an import: SHA-256 over kImportCacheVersion, the kind of import, the file's
 /// SHA-256, every option that changes the tessellation (doubles by their exact bit patterns;
@@ -130,7 +135,10 @@ struct CachedImport {
 
 /// Imports through the cache: a hit loads the entry; a miss (or a damaged entry) runs
 /// ImportIsolated and stores its result. A failed store does not fail the import (`stored`
-/// says whether it happened); import errors are returned as ImportIsolated gives them.
+/// says whether it happened); import errors are returned as ImportIsolated gives them, hashing
+/// errors as Sha256OfFile gives them (`cancel` stops the hashing too). The file is hashed again
+/// after a fresh import: when it changed meanwhile, the result may be of other content than the
+/// key, so nothing is stored and the call returns ABORTED (import again).
 [[nodiscard]] absl::StatusOr<CachedImport> ImportWithCache(
     const std::string& path, const TessellationOptions& options, const IsolationLimits& limits,
     const ImportCache& cache, const std::atomic<bool>* cancel = nullptr);

@@ -79,8 +79,10 @@ enum class CadFormat { kStep, kIges };
 [[nodiscard]] absl::StatusOr<CadFormat> SniffFormat(std::string_view first_bytes);
 
 /// Reads the STEP or IGES file at `path` (format sniffed from its content) and tessellates the
-/// whole file's shape as one mesh. Errors: NOT_FOUND (no such file), INVALID_ARGUMENT (bad options
-/// or a file that cannot be read, transferred or meshed; the message names the phase),
+/// whole file's shape as one mesh (loose IGES faces sewn, unless sewing would lose a face that
+/// meshes unsewn). Errors: NOT_FOUND (no such file), INVALID_ARGUMENT (bad options, a STEP file
+/// with external references, or a file that cannot be read, transferred or meshed; the message
+/// names the phase),
 /// RESOURCE_EXHAUSTED (above max_triangles or out of memory), INTERNAL (unexpected failure).
 [[nodiscard]] absl::StatusOr<MeshBuffers> ReadAndTessellate(const std::string& path,
                                                             const TessellationOptions& options);
