@@ -108,9 +108,11 @@ int main(int argc, char** argv) {
                  "0: cache nothing)")
       ->capture_default_str();
   app.add_option("--tenant-max-concurrent-imports", config.tenant_max_concurrent_imports,
-                 "Per-tenant imports at once (0: no limit)")
+                 "Per-tenant imports uploading, waiting or running at once (-1: with --tokens "
+                 "or --tls-client-ca, half of --import-slots plus --import-queue, else no "
+                 "limit; 0: no limit)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 10000));
+      ->check(CLI::Range(-1, 10000));
   app.add_option("--tenant-max-concurrent-queries", config.tenant_max_concurrent_queries,
                  "Per-tenant queries running or waiting for a slot at once (-1: with --tokens or "
                  "--tls-client-ca, half of --query-slots plus --query-queue, else no limit; 0: "

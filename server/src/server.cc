@@ -349,6 +349,7 @@ struct ClashServer::Impl {
         query_limiter("query", c.query_slots, c.query_queue),
         query_helpers(c.query_helpers < 0 ? c.query_slots - 1 : c.query_helpers, &query_limiter),
         import_limiter("import", c.import_slots, c.import_queue),
+        upload_limiter("upload", c.import_slots + c.import_queue, 0),
         parts_service(this),
         scenes_service(this),
         queries_service(this),
@@ -932,6 +933,10 @@ struct ClashServer::Impl {
   WorkLimiter query_limiter;
   QueryHelpers query_helpers;  // after query_limiter: joined before it goes
   WorkLimiter import_limiter;
+  // Uploads in progress (ImportCad before its file is in): as many as imports may run and
+  // wait, never queued. They take no import slot, so that stalled uploads cannot hold the
+  // workers from imports whose files are in.
+  WorkLimiter upload_limiter;
   PartsService parts_service;
   ScenesService scenes_service;
   QueriesService queries_service;
@@ -1170,7 +1175,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   // The upload's bytes are set aside as they come (all at once when the header announces
   // them), so that uploads running at once cannot together pass the tenant's quota.
   CLASH_ASSIGN_OR_RETURN(Tenant::StorageReservation upload_room, t.ReserveStorage(0));
-  CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, import_limiter.Acquire(stop));
+  CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit upload_permit, upload_limiter.Acquire(stop));
 
   v1::ImportCadRequest msg;
   if (!reader->Read(&msg) || !msg.has_header()) {
@@ -1286,6 +1291,10 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   if (!want_sha.empty() && want_sha != *sha) {
     return absl::InvalidArgumentError("upload does not match the sha256 in its header");
   }
+  // The file is in: the import waits for its slot (in the queue, until the deadline) and the
+  // next upload may start.
+  CLASH_ASSIGN_OR_RETURN(WorkLimiter::Permit permit, import_limiter.Acquire(stop));
+  upload_permit = WorkLimiter::Permit();
 
   cad::IsolationLimits limits;
   limits.worker_path = config.worker_path;
@@ -1373,10 +1382,13 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   TenantLimits limits;
   limits.max_storage_bytes = config.tenant_max_storage_bytes;
   limits.import_cache_max_bytes = config.import_cache_max_bytes;
-  limits.max_concurrent_imports = config.tenant_max_concurrent_imports;
   // The default caps a tenant only where there can be several (tokens, or client
   // certificates): a single tenant keeps every slot and place in the queue.
   const bool several_tenants = !config.tokens_file.empty() || !config.tls_client_ca_file.empty();
+  limits.max_concurrent_imports =
+      config.tenant_max_concurrent_imports >= 0 ? config.tenant_max_concurrent_imports
+      : several_tenants ? std::max(1, (config.import_slots + config.import_queue) / 2)
+                        : 0;
   limits.max_concurrent_queries =
       config.tenant_max_concurrent_queries >= 0 ? config.tenant_max_concurrent_queries
       : several_tenants ? std::max(1, (config.query_slots + config.query_queue) / 2)
@@ -1435,6 +1447,9 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                          [raw] { return raw->import_limiter.running(); });
   impl->metrics.AddGauge("clashd_import_waiting", "Imports waiting for a slot.",
                          [raw] { return raw->import_limiter.waiting(); });
+  impl->metrics.AddGauge("clashd_uploads_in_progress",
+                         "ImportCad uploads whose file is not yet in (they take no import slot).",
+                         [raw] { return raw->upload_limiter.running(); });
 
   cad::IsolationLimits probe;
   probe.worker_path = config.worker_path;

@@ -66,7 +66,10 @@ struct ServerConfig {
   std::uint64_t tenant_max_storage_bytes = 0;
   /// Bytes of a tenant's import cache (least recently used entries go first; 0: no entries).
   std::uint64_t import_cache_max_bytes = std::uint64_t{1} << 30;
-  int tenant_max_concurrent_imports = 0;
+  /// Imports per tenant uploading, waiting for an import slot or running at once; -1: with
+  /// tokens or client certificates (several tenants), half of import_slots + import_queue (at
+  /// least 1), and otherwise no limit; 0: no limit.
+  int tenant_max_concurrent_imports = -1;
   /// Queries (and part builds) per tenant running or waiting for a query slot at once; -1:
   /// with tokens or client certificates (several tenants), half of query_slots + query_queue
   /// (at least 1), so that one tenant's flood leaves room for the others, and otherwise no

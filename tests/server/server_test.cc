@@ -2661,7 +2661,7 @@ TEST_F(ServerTest, FullImportQueueIsResourceExhaustedAtOnce) {
   one.import_queue = 0;
   Restart(one);
   auto stub = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
-  // The first import holds the only slot while its upload stays open.
+  // The first import holds the only upload place (slots + queue) while its upload stays open.
   grpc::ClientContext first_ctx;
   v1::ImportCadResponse first_resp;
   auto first = stub->ImportCad(&first_ctx, &first_resp);
@@ -2690,10 +2690,43 @@ TEST_F(ServerTest, FullImportQueueIsResourceExhaustedAtOnce) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(second_status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(second_status.error_message(), ::testing::HasSubstr("queue full"));
+  EXPECT_THAT(second_status.error_message(), ::testing::HasSubstr("upload queue full"));
   EXPECT_TRUE(marked_transient);
   first_ctx.TryCancel();
   first->Finish();
+}
+
+// An upload that stalls takes no import slot: an import whose file is in runs beside it (before,
+// the slot was taken before the header was read, so one client's stalled uploads held every
+// import, other tenants' too, until the server's deadline).
+TEST_F(ServerTest, AStalledUploadDoesNotHoldTheImportSlot) {
+  ServerConfig one;
+  one.import_slots = 1;
+  one.import_queue = 1;  // two uploads at once
+  Restart(one);
+  auto stub = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  grpc::ClientContext stalled_ctx;
+  v1::ImportCadResponse stalled_resp;
+  auto stalled = stub->ImportCad(&stalled_ctx, &stalled_resp);
+  v1::ImportCadRequest header;
+  header.mutable_header()->set_file_name("stalled.step");
+  ASSERT_TRUE(stalled->Write(header));
+  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_uploads_in_progress"));
+  // A whole upload: it reaches the worker, which refuses its content, well before its deadline.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::ImportCadResponse resp;
+  auto whole = stub->ImportCad(&ctx, &resp);
+  header.mutable_header()->set_file_name("whole.step");
+  ASSERT_TRUE(whole->Write(header));
+  v1::ImportCadRequest chunk;
+  chunk.set_chunk("not a CAD file");
+  whole->Write(chunk);
+  whole->WritesDone();
+  const grpc::Status status = whole->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  stalled_ctx.TryCancel();
+  stalled->Finish();
 }
 
 // A sequence whose client stops reading (no deadline of its own, its flow-control window
@@ -3092,8 +3125,8 @@ TEST_F(ServerTest, AnUploadCancelledBeforeItsHeaderIsCancelled) {
   grpc::ClientContext ctx;
   v1::ImportCadResponse resp;
   auto upload = stub->ImportCad(&ctx, &resp);
-  // Wait until the server holds an import slot: it then waits for the header.
-  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_import_running"));
+  // Wait until the server holds an upload place: it then waits for the header.
+  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_uploads_in_progress"));
   ctx.TryCancel();
   EXPECT_EQ(upload->Finish().error_code(), grpc::StatusCode::CANCELLED);
   const std::string body = MetricsOnceRecorded(server_->metrics_port(), "ImportCad");
@@ -3103,9 +3136,9 @@ TEST_F(ServerTest, AnUploadCancelledBeforeItsHeaderIsCancelled) {
                         "clashd_requests_total{method=\"ImportCad\",code=\"INVALID_ARGUMENT\"}")));
 }
 
-// A client that opens an upload and then sends nothing holds the import slot only until the
-// server's import time limit: the server then cancels the call, and
-// the slot is free for the next import.
+// A client that opens an upload and then sends nothing holds its upload place only until the
+// server's import time limit: the server then cancels the call, and the place is free for the
+// next import.
 TEST_F(ServerTest, AStalledUploadEndsAtTheServersDeadline) {
   ServerConfig config;
   config.max_import_seconds = 1;
@@ -3118,7 +3151,7 @@ TEST_F(ServerTest, AStalledUploadEndsAtTheServersDeadline) {
   v1::ImportCadResponse resp;
   const auto start = std::chrono::steady_clock::now();
   auto upload = stub->ImportCad(&ctx, &resp);
-  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_import_running"));
+  ASSERT_TRUE(WaitForGauge(server_->metrics_port(), "clashd_uploads_in_progress"));
   // Sends nothing, never closes: only the server's deadline can end the call.
   EXPECT_NE(upload->Finish().error_code(), grpc::StatusCode::OK);
   const double seconds =
@@ -3128,8 +3161,8 @@ TEST_F(ServerTest, AStalledUploadEndsAtTheServersDeadline) {
   EXPECT_THAT(body,
               ::testing::HasSubstr(
                   "clashd_requests_total{method=\"ImportCad\",code=\"DEADLINE_EXCEEDED\"} 1"));
-  EXPECT_THAT(body, ::testing::HasSubstr("clashd_import_running 0"));
-  // The one slot is free again: an import is admitted (and fails only on its content).
+  EXPECT_THAT(body, ::testing::HasSubstr("clashd_uploads_in_progress 0"));
+  // The one place is free again: an import is admitted (and fails only on its content).
   grpc::ClientContext next_ctx;
   v1::ImportCadResponse next_resp;
   auto next = stub->ImportCad(&next_ctx, &next_resp);
