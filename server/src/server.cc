@@ -1557,9 +1557,12 @@ void ClashServer::Shutdown() {
   LogLine(LogLevel::kInfo, "clashd shutting down");
   impl_->health_service.Shutdown();
   impl_->retry_stopping = true;  // (its pass ends at its next part or tenant; joined below)
-  const auto deadline =
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>(impl_->config.shutdown_grace_seconds * 1e3));
+  // (NaN counts as 0; capped at about 30 years: a larger or infinite grace would overflow the
+  // clock.)
+  const double grace = impl_->config.shutdown_grace_seconds;
+  const double grace_s = grace >= 0 ? std::min(grace, 1e9) : 0.0;
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1e3));
   // In-flight calls get the grace period; then gRPC cancels them, and a cancelled import kills
   // its worker.
   impl_->server->Shutdown(deadline);
