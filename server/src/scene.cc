@@ -43,11 +43,25 @@ void Scene::Add(InstanceRec rec) {
   instances.emplace(id, std::move(rec));
 }
 
+absl::Status Scene::CheckPlaceable(const PartEntry& part, const geom::RigidTransform& X_WP,
+                                   const std::string& what) const {
+  if (tree.Accepts(part.geom->bounds().Transformed(X_WP))) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what,
+                   " places the part beyond what the broad phase holds (coordinates of "
+                   "more than 1e150 mm)"));
+}
+
 void Scene::SetPose(InstanceRec& rec, const geom::RigidTransform& X_WP) {
   rec.X_WP = X_WP;
   rec.world_box = WorldBox(rec);
   rec.pose_version = ++pose_clock;
-  if (rec.proxy >= 0) tree.Move(rec.proxy, rec.world_box);
+  if (rec.proxy >= 0) {
+    tree.Move(rec.proxy, rec.world_box);
+  } else if (rec.enabled) {
+    // (Enabled but outside the tree: a stored pose the tree refused. Back in reach, it goes in.)
+    rec.proxy = tree.Insert(rec.world_box, rec.id);
+  }
 }
 
 void Scene::SetEnabled(InstanceRec& rec, bool enabled) {

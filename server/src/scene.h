@@ -154,6 +154,12 @@ class Scene {
   mutable std::mutex cache_mu;
   mutable PairCache pair_cache;
 
+  /// INVALID_ARGUMENT when `part` at `X_WP` has a world box the broad phase cannot hold
+  /// (coordinates beyond about 1e150 mm, geom::DynamicAabbTree::Accepts): such an instance could
+  /// be checked against nothing. Edits check their poses with it before they change anything.
+  [[nodiscard]] absl::Status CheckPlaceable(const PartEntry& part, const geom::RigidTransform& X_WP,
+                                            const std::string& what) const;
+
   // Mutations (hold mu exclusively). They keep by_path, groups and the tree consistent.
   void Add(InstanceRec rec);
   void SetPose(InstanceRec& rec, const geom::RigidTransform& X_WP);

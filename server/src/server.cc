@@ -348,7 +348,9 @@ struct ClashServer::Impl {
       : config(c),
         query_limiter("query", c.query_slots, c.query_queue),
         query_helpers(c.query_helpers < 0 ? c.query_slots - 1 : c.query_helpers, &query_limiter),
-        import_limiter("import", c.import_slots, c.import_queue),
+        // (Imports wait only once their file is in, and each holds its upload place until it
+        // has a slot: the upload places bound the waiting, which is never turned away.)
+        import_limiter("import", c.import_slots, c.import_slots + c.import_queue),
         upload_limiter("upload", c.import_slots + c.import_queue, 0),
         parts_service(this),
         scenes_service(this),
@@ -675,6 +677,8 @@ struct ClashServer::Impl {
                 }
                 CLASH_ASSIGN_OR_RETURN(geom::RigidTransform X,
                                        PoseFromUpdate(u, absl::StrCat("pose of ", rec->path)));
+                CLASH_RETURN_IF_ERROR(
+                    scene.CheckPlaceable(*rec->part, X, absl::StrCat("pose of ", rec->path)));
                 updates.emplace_back(rec, X);
               }
               for (auto& [rec, X] : updates) scene.SetPose(*rec, X);
@@ -933,9 +937,9 @@ struct ClashServer::Impl {
   WorkLimiter query_limiter;
   QueryHelpers query_helpers;  // after query_limiter: joined before it goes
   WorkLimiter import_limiter;
-  // Uploads in progress (ImportCad before its file is in): as many as imports may run and
-  // wait, never queued. They take no import slot, so that stalled uploads cannot hold the
-  // workers from imports whose files are in.
+  // Uploads in progress, and finished ones waiting for an import slot: as many as imports may
+  // run and wait (import_slots + import_queue), never queued. An upload takes no import slot,
+  // so that stalled uploads cannot hold the workers from imports whose files are in.
   WorkLimiter upload_limiter;
   PartsService parts_service;
   ScenesService scenes_service;
@@ -1088,6 +1092,9 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
     for (InstanceRec& item : pending) {
       CLASH_RETURN_IF_ERROR(CheckInstanceText("name", item.name));
       CLASH_RETURN_IF_ERROR(CheckInstanceText("path", item.path));
+      CLASH_RETURN_IF_ERROR(scene.CheckPlaceable(
+          *item.part, item.X_WP,
+          absl::StrCat("the pose of ", item.path.empty() ? item.name : item.path)));
       // A path made from a name (at most ~40 bytes longer than the limit) that a caller's path
       // holds gets a suffix: "<name>:<id>~2", "~3", ...
       if (item.path.empty()) {
@@ -1128,7 +1135,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   const StopCheck stop = MakeStop(ctx, deadline);
   // Watches the call from its start. At the server's deadline during the upload it cancels the
   // call, so that a client that stalls its upload (a Read that would wait forever) frees the
-  // import slot and the tenant's ticket; once the file is in, it tells the worker about the
+  // upload place and the tenant's ticket; once the file is in, it tells the worker about the
   // client's cancellation or a drain (IsCancelled is not asked while this thread reads the
   // stream), and the deadline is the worker's own wall-clock limit (DEADLINE_EXCEEDED, "limit").
   // Joined however the import ends, exceptions included.
@@ -1448,7 +1455,8 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   impl->metrics.AddGauge("clashd_import_waiting", "Imports waiting for a slot.",
                          [raw] { return raw->import_limiter.waiting(); });
   impl->metrics.AddGauge("clashd_uploads_in_progress",
-                         "ImportCad uploads whose file is not yet in (they take no import slot).",
+                         "ImportCad calls uploading their file, or waiting with it for an import "
+                         "slot.",
                          [raw] { return raw->upload_limiter.running(); });
 
   cad::IsolationLimits probe;
