@@ -50,7 +50,11 @@ std::string LogText(std::string_view message) {
   }
   if (i == message.size()) return out;
   // Not inside a UTF-8 character (its bytes, all >= 0x80, were copied as they are).
-  for (int k = 0; k < 3 && i > 0 && (static_cast<unsigned char>(message[i]) & 0xC0) == 0x80; ++k) {
+  // (Only bytes >= 0x80 are given back: an escaped control character before an invalid
+  // continuation byte stays whole.)
+  for (int k = 0; k < 3 && i > 0 && (static_cast<unsigned char>(message[i]) & 0xC0) == 0x80 &&
+                  static_cast<unsigned char>(message[i - 1]) >= 0x80;
+       ++k) {
     out.pop_back();
     --i;
   }

@@ -1,6 +1,7 @@
 #include "scene.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -110,6 +111,20 @@ void Scene::Touch() {
   update_time_s = absl::ToUnixSeconds(absl::Now());
 }
 
+namespace {
+
+// The steady clock in ns: idleness must not jump with the wall clock.
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// How long a scan that found no idle cache to empty is not repeated (PairCacheBudget).
+constexpr int64_t kNoScanNs = 100'000'000;
+
+}  // namespace
+
 bool PairCacheBudget::Take() {
   // Atomically: scenes fill their caches at once.
   std::size_t used = used_.load(std::memory_order_relaxed);
@@ -120,12 +135,17 @@ bool PairCacheBudget::Take() {
 }
 
 bool PairCacheBudget::TakeFromIdle(const PairCache* self) {
-  const int64_t idle_before = absl::ToUnixNanos(absl::Now() - idle_);
+  if (idle_ == absl::InfiniteDuration()) return false;
+  const int64_t now = SteadyNowNs();
+  if (now < no_scan_until_ns_.load(std::memory_order_relaxed)) return false;
+  const int64_t idle_before = now - absl::ToInt64Nanoseconds(idle_);
   std::lock_guard lock(mu_);
   std::vector<std::pair<int64_t, PairCache*>> idle;
   for (PairCache* c : caches_) {
     const int64_t last = c->last_use_ns_.load(std::memory_order_relaxed);
-    if (c != self && last <= idle_before) idle.emplace_back(last, c);
+    if (c != self && last <= idle_before && c->entries_.load(std::memory_order_relaxed) > 0) {
+      idle.emplace_back(last, c);
+    }
   }
   std::sort(idle.begin(), idle.end());
   for (const auto& [last, c] : idle) {
@@ -133,9 +153,12 @@ bool PairCacheBudget::TakeFromIdle(const PairCache* self) {
     // waiting for mu_ would deadlock.)
     std::unique_lock guard(*c->guard_, std::try_to_lock);
     if (!guard.owns_lock()) continue;
+    // Used since the scan above (before its guard was taken): not idle after all.
+    if (c->last_use_ns_.load(std::memory_order_relaxed) > idle_before) continue;
     c->Clear();
     if (Take()) return true;
   }
+  no_scan_until_ns_.store(now + kNoScanNs, std::memory_order_relaxed);
   return false;
 }
 
@@ -158,9 +181,7 @@ PairCache::~PairCache() {
   Clear();
 }
 
-void PairCache::Used() const {
-  last_use_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
-}
+void PairCache::Used() const { last_use_ns_.store(SteadyNowNs(), std::memory_order_relaxed); }
 
 const CachedPair* PairCache::Find(const Key& key) const {
   Used();
@@ -169,6 +190,7 @@ const CachedPair* PairCache::Find(const Key& key) const {
 }
 
 void PairCache::Put(const Key& key, const CachedPair& value) {
+  if (budget_->max_entries() == 0) return;
   Used();
   if (auto it = map_.find(key); it != map_.end()) {
     it->second = value;
@@ -179,11 +201,13 @@ void PairCache::Put(const Key& key, const CachedPair& value) {
     if (!budget_->Take()) return;
   }
   map_.emplace(key, value);
+  entries_.store(map_.size(), std::memory_order_relaxed);
 }
 
 void PairCache::Clear() {
   budget_->used_.fetch_sub(map_.size(), std::memory_order_relaxed);
   map_.clear();
+  entries_.store(0, std::memory_order_relaxed);
 }
 
 const InstanceRec* Scene::Find(uint64_t id) const {

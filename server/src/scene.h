@@ -85,6 +85,9 @@ class PairCacheBudget {
   const std::size_t max_;
   const absl::Duration idle_;
   std::atomic<std::size_t> used_{0};
+  // Until when (steady clock, ns) a scan that found no idle cache to empty is not repeated: while
+  // caches in use hold the budget, a store pays a scan under mu_ at most this often.
+  std::atomic<int64_t> no_scan_until_ns_{0};
   std::mutex mu_;                   // guards caches_
   std::vector<PairCache*> caches_;  // the caches that others may empty (those with a guard)
 };
@@ -119,8 +122,10 @@ class PairCache {
   std::shared_ptr<PairCacheBudget> budget_;
   std::mutex* guard_;
   absl::flat_hash_map<Key, CachedPair> map_;
-  // When the cache was last used (absl::Now() in ns), read by other caches without the guard.
+  // Read by other caches without the guard: when the cache was last used (steady clock, ns),
+  // and its size.
   mutable std::atomic<int64_t> last_use_ns_{0};
+  std::atomic<std::size_t> entries_{0};
 };
 
 /// A scene. Readers hold `mu` shared, writers exclusive; `cache_mu` guards the pair cache, which

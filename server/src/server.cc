@@ -1360,6 +1360,16 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
 
 absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConfig& config) {
   SetQuietLogging(config.quiet);
+  // (The flags' checks let NaN through: it compares false with every bound.)
+  for (const auto& [flag, seconds] :
+       {std::pair{"--pair-cache-idle-seconds", config.pair_cache_idle_seconds},
+        std::pair{"--cpu-latency-idle-seconds", config.cpu_latency_idle_seconds},
+        std::pair{"--shutdown-grace-seconds", config.shutdown_grace_seconds}}) {
+    if (!(seconds >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " must be a number of seconds >= 0, got ", seconds));
+    }
+  }
   auto impl = std::make_unique<Impl>(config);
   if (config.cpu_latency_us >= 0) {
     absl::StatusOr<CpuLatencyHold> hold = CpuLatencyHold::Acquire(config.cpu_latency_us);
@@ -1370,8 +1380,8 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                        " (the device needs root; in a container, the device "
                        "itself, or the limit set on the host)"));
     }
-    const auto idle = std::chrono::milliseconds(
-        static_cast<int64_t>(std::max(0.0, config.cpu_latency_idle_seconds) * 1e3));
+    const auto idle = std::chrono::milliseconds(  // (capped: inf would overflow the cast)
+        static_cast<int64_t>(std::min(config.cpu_latency_idle_seconds, 1e9) * 1e3));
     impl->cpu_latency.emplace(std::move(*hold), idle);
     LogLine(LogLevel::kInfo,
             absl::StrCat("holding the CPU wake-up latency at ", config.cpu_latency_us, " us (",

@@ -46,6 +46,11 @@ TEST(LogTest, LongMessagesAreCutToOnePipeWrite) {
   ASSERT_NE(kept, std::string::npos);
   EXPECT_EQ(kept % 2, 0u);
   EXPECT_THAT(cut, EndsWith(std::to_string(accents.size() - kept) + " more bytes]"));
+  // Invalid UTF-8 at the cut (a continuation byte right after a control character, where the
+  // cut falls): the escape before it stays whole. (LogText cuts where the escaped text passes
+  // kMaxLogMessageBytes - 32.)
+  const std::string odd = std::string(kMaxLogMessageBytes - 32 - 4, 'x') + "\n\x80" + "yyyy";
+  EXPECT_THAT(LogText(odd), EndsWith("x\\x0a...[5 more bytes]"));
   // A message that fits is not cut.
   const std::string fits(kMaxLogMessageBytes - 100, 'y');
   EXPECT_EQ(LogText(fits), fits);

@@ -3,9 +3,11 @@
 // then itself, and stores nothing while caches in use hold the budget.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -90,10 +92,18 @@ TEST(PairCacheTest, IdleCachesAreEmptiedLeastRecentlyUsedFirst) {
   EXPECT_EQ(budget->used(), 5u);
   c.Put({3, 4}, Entry(3));
   EXPECT_EQ(budget->used(), 6u);
-  // A cache in use (its guard held) is skipped: c empties itself instead.
+  // A cache in use (its guard held, by another thread) is skipped: c empties itself instead.
   {
-    std::lock_guard in_use(ma);
+    std::promise<void> held, done;
+    std::thread user([&] {
+      std::lock_guard in_use(ma);
+      held.set_value();
+      done.get_future().wait();
+    });
+    held.get_future().wait();
     c.Put({4, 5}, Entry(4));
+    done.set_value();
+    user.join();
   }
   EXPECT_EQ(a.size(), 3u);
   EXPECT_EQ(c.size(), 1u);

@@ -931,6 +931,27 @@ TEST_F(ServerTest, MetricsScrapesAreNotHeldByIdleOrStalledClients) {
               ::testing::HasSubstr("clashd_pair_cache_entries"));
 }
 
+// Durations in seconds that the flags' checks let through (NaN compares false with every
+// bound) are refused at start; an infinite one is taken as "never".
+TEST_F(ServerTest, NanDurationsAreRefusedAtStart) {
+  for (double ServerConfig::*field :
+       {&ServerConfig::pair_cache_idle_seconds, &ServerConfig::cpu_latency_idle_seconds,
+        &ServerConfig::shutdown_grace_seconds}) {
+    ServerConfig config;
+    config.listen = "127.0.0.1:0";
+    config.metrics_listen = "";
+    config.data_dir = dir_ + "/nan";
+    config.quiet = true;
+    config.*field = std::nan("");
+    EXPECT_THAT(ClashServer::Start(config).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, "seconds >= 0"));
+  }
+  ServerConfig forever;
+  forever.pair_cache_idle_seconds = std::numeric_limits<double>::infinity();
+  Restart(forever);
+  EXPECT_THAT(client_->CreateScene("still serving").status(), IsOk());
+}
+
 // Health Watch streams need no token by default and each holds a server thread while open:
 // beyond HealthService::kDefaultMaxWatches a new one is RESOURCE_EXHAUSTED (before, 255 of them
 // took every thread and every other call failed); a closed one makes room again.
