@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "convert.h"
+#include "limiter.h"
 
 namespace clash::server {
 
@@ -57,6 +58,7 @@ grpc::Status HealthService::Watch(grpc::ServerContext* ctx,
       ~Open() { watches->fetch_sub(1); }
     } open{&watches_};
     if (watches_.fetch_add(1) >= max_watches_) {
+      ctx->AddTrailingMetadata(kRetryableMetadata, "1");  // transient, as a full queue is
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                           absl::StrCat("too many health Watch streams open (at most ", max_watches_,
                                        "); try again later, or use Check"));
