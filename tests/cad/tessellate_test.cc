@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>  // mkdtemp
 
+#include <BRepBuilderAPI_Copy.hxx>
 #include <BRepBuilderAPI_Transform.hxx>
 #include <BRepPrimAPI_MakeBox.hxx>
 #include <BRepPrimAPI_MakeCylinder.hxx>
@@ -20,6 +21,7 @@
 #include <Message_Messenger.hxx>
 #include <STEPControl_Controller.hxx>
 #include <STEPControl_Writer.hxx>
+#include <TopExp_Explorer.hxx>
 #include <TopoDS_Compound.hxx>
 #include <TopoDS_Shape.hxx>
 #include <algorithm>
@@ -42,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "clash/geom/aabb.h"
+#include "occt_common.h"
 #include "occt_fixtures.h"
 #include "testing/status_matchers.h"
 
@@ -575,6 +578,39 @@ INSTANTIATE_TEST_SUITE_P(SharedData, RealFileTest,
                            return param_info.param.format == CadFormat::kStep ? "ScrewStep"
                                                                               : "BearingIges";
                          });
+
+// IGES sewing sews the faces that are in no shell and keeps solids and shells as they are: in a
+// file that mixes a solid with a body stored as loose faces, the loose faces close into a solid
+// too (they were left unsewn when any solid was present).
+TEST(SewLooseFaces, SewsTheLooseFacesBesideSolids) {
+  QuietOcct quiet;
+  const TopoDS_Shape whole = BRepPrimAPI_MakeBox(10, 10, 10).Shape();
+  gp_Trsf away;
+  away.SetTranslation(gp_Vec(100, 0, 0));
+  const TopoDS_Shape other = BRepBuilderAPI_Transform(BRepPrimAPI_MakeBox(5, 5, 5).Shape(), away);
+  BRep_Builder builder;
+  TopoDS_Compound mixed;
+  builder.MakeCompound(mixed);
+  builder.Add(mixed, whole);
+  int loose = 0;
+  for (TopExp_Explorer it(other, TopAbs_FACE); it.More(); it.Next(), ++loose) {
+    // Each face a copy of its own: no edges shared, as faces read from separate IGES roots.
+    builder.Add(mixed, BRepBuilderAPI_Copy(it.Current()).Shape());
+  }
+  ASSERT_EQ(loose, 6);
+  const auto count = [](const TopoDS_Shape& shape, TopAbs_ShapeEnum type,
+                        TopAbs_ShapeEnum avoid = TopAbs_SHAPE) {
+    int n = 0;
+    for (TopExp_Explorer it(shape, type, avoid); it.More(); it.Next()) ++n;
+    return n;
+  };
+  const TopoDS_Shape sewn = internal::SewLooseFaces(mixed);
+  EXPECT_EQ(count(sewn, TopAbs_SOLID), 2);
+  EXPECT_EQ(count(sewn, TopAbs_FACE), 12);
+  EXPECT_EQ(count(sewn, TopAbs_FACE, TopAbs_SHELL), 0) << "no face left loose";
+  // Without loose faces, nothing changes.
+  EXPECT_TRUE(internal::SewLooseFaces(whole).IsSame(whole));
+}
 
 }  // namespace
 }  // namespace clash::cad

@@ -62,10 +62,6 @@ constexpr double kIgesSewingToleranceMm = 1e-3;
 // Longest quote of a referenced file name in an error message, in bytes.
 constexpr std::size_t kMaxQuotedNameBytes = 256;
 
-bool Contains(const TopoDS_Shape& shape, TopAbs_ShapeEnum type) {
-  return TopExp_Explorer(shape, type).More();
-}
-
 int CountFaces(const TopoDS_Shape& shape) {
   TopTools_IndexedMapOfShape faces;
   TopExp::MapShapes(shape, TopAbs_FACE, faces);
@@ -202,22 +198,34 @@ absl::Status RefuseExternalReferences(const Handle(XSControl_WorkSession) & sess
 }
 
 // IGES often carries loose trimmed surfaces: sew them into shells, and turn closed shells into
-// solids oriented outwards so that face orientation means "outside". Shapes that already have
-// shells or solids are returned unchanged.
+// solids oriented outwards so that face orientation means "outside". Solids and shells are kept
+// as they are (a file may mix them with loose faces); a shape without loose faces is returned
+// unchanged.
 TopoDS_Shape SewLooseFaces(const TopoDS_Shape& shape) {
-  if (Contains(shape, TopAbs_SOLID) || Contains(shape, TopAbs_SHELL) ||
-      !Contains(shape, TopAbs_FACE)) {
-    return shape;
+  BRep_Builder builder;
+  TopoDS_Compound loose;
+  builder.MakeCompound(loose);
+  bool any_loose = false;
+  for (TopExp_Explorer it(shape, TopAbs_FACE, TopAbs_SHELL); it.More(); it.Next()) {
+    builder.Add(loose, it.Current());
+    any_loose = true;
   }
+  if (!any_loose) return shape;
   BRepBuilderAPI_Sewing sewing(kIgesSewingToleranceMm);
-  sewing.Add(shape);
+  sewing.Add(loose);
   sewing.Perform();
   const TopoDS_Shape sewn = sewing.SewedShape();
   if (sewn.IsNull()) return shape;
 
-  BRep_Builder builder;
   TopoDS_Compound result;
   builder.MakeCompound(result);
+  // What was whole already: the solids, and the shells outside them.
+  for (TopExp_Explorer it(shape, TopAbs_SOLID); it.More(); it.Next()) {
+    builder.Add(result, it.Current());
+  }
+  for (TopExp_Explorer it(shape, TopAbs_SHELL, TopAbs_SOLID); it.More(); it.Next()) {
+    builder.Add(result, it.Current());
+  }
   for (TopExp_Explorer it(sewn, TopAbs_SHELL); it.More(); it.Next()) {
     const TopoDS_Shell& shell = TopoDS::Shell(it.Current());
     if (BRep_Tool::IsClosed(shell)) {

@@ -101,8 +101,9 @@ LoadChecks CountLoadChecks(const Handle(XSControl_WorkSession) & session);
 /// makes Transfer read no other file.
 absl::Status RefuseExternalReferences(const Handle(XSControl_WorkSession) & session);
 
-/// IGES often carries loose trimmed surfaces: sews them into shells and turns closed shells into
-/// solids oriented outwards. Shapes that already have shells or solids are returned unchanged.
+/// IGES often carries loose trimmed surfaces: sews the faces that are in no shell into shells and
+/// turns closed shells into solids oriented outwards; solids and shells are kept as they are. A
+/// shape without loose faces is returned unchanged.
 TopoDS_Shape SewLooseFaces(const TopoDS_Shape& shape);
 
 /// Meshes loose IGES faces: sews them (SewLooseFaces) and meshes the sewn shape, but when sewing
