@@ -54,6 +54,8 @@ absl::Status Scene::CheckPlaceable(const PartEntry& part, const geom::RigidTrans
 }
 
 void Scene::SetPose(InstanceRec& rec, const geom::RigidTransform& X_WP) {
+  // The same pose: nothing changes, so its pairs stay cached (pose_version is their key).
+  if (rec.X_WP.R == X_WP.R && rec.X_WP.t == X_WP.t && (rec.proxy >= 0 || !rec.enabled)) return;
   rec.X_WP = X_WP;
   rec.world_box = WorldBox(rec);
   rec.pose_version = ++pose_clock;

@@ -767,7 +767,7 @@ TEST_F(ServerTest, ClassesOfKnownBoxPairs) {
   const std::string small = Upload(MakeBox(Vec3(1, 1, 1)), "small");
   const std::string scene = NewScene();
   auto T = [](double x, double y, double z) { return RigidTransform::Translation(Vec3(x, y, z)); };
-  Place(scene, big, T(0, 0, 0), "a");
+  const uint64_t a_id = Place(scene, big, T(0, 0, 0), "a");
   Place(scene, big, T(8, 0, 0), "hard");      // overlaps a by 2 mm
   Place(scene, big, T(0, 10, 0), "touch");    // face contact with a
   Place(scene, small, T(0, 0, 0), "inside");  // inside a
@@ -805,6 +805,22 @@ TEST_F(ServerTest, ClassesOfKnownBoxPairs) {
     EXPECT_EQ(again.clashes(i).clash_id(), r.clashes(i).clash_id());
   }
   EXPECT_EQ(again.summary().cached_pairs(), again.summary().candidate_pairs());
+  // Setting a pose an instance already has (a plugin sending every pose after each edit) keeps
+  // its cached pairs; a move does not.
+  const auto set_a = [&](const RigidTransform& X) {
+    v1::SetPosesRequest req;
+    req.set_scene_id(scene);
+    v1::PoseUpdate* u = req.add_poses();
+    u->set_instance_id(a_id);
+    *u->mutable_pose() = ToPose(X);
+    ASSERT_THAT(client_->SetPoses(req).status(), IsOk());
+  };
+  set_a(T(0, 0, 0));
+  const v1::InterferenceResponse same = Check(scene, 0.01, 1.0);
+  EXPECT_EQ(same.summary().cached_pairs(), same.summary().candidate_pairs());
+  set_a(T(0, 0, 1e-9));
+  const v1::InterferenceResponse moved = Check(scene, 0.01, 1.0);
+  EXPECT_LT(moved.summary().cached_pairs(), moved.summary().candidate_pairs());
 }
 
 // Clash ids are stable: the id of a pair of plain paths is the one every earlier version gave
