@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -175,15 +176,30 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "clashd: %s\n", server.status().ToString().c_str());
     return 1;
   }
+  // The first signal drains (calls in flight get the grace period); a second one during the
+  // drain stops the process at once, as a kill would (every write is atomic on disk).
+  std::atomic<bool> stopped{false};
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
-    clash::server::LogLine(clash::server::LogLevel::kInfo,
-                           absl::StrCat("signal ", sig, ": draining"));
-    (*server)->Shutdown();
+    if (stopped) return;  // woken by main: the server stopped for another reason
+    clash::server::LogLine(
+        clash::server::LogLevel::kInfo,
+        absl::StrCat("signal ", sig, ": draining (the signal again stops at once)"));
+    std::thread drain([&] { (*server)->Shutdown(); });
+    sigwait(&signals, &sig);
+    if (!stopped) {
+      clash::server::LogLine(
+          clash::server::LogLevel::kWarning,
+          absl::StrCat("signal ", sig, " again: stopping at once, calls in flight are cut off"));
+      std::_Exit(2);
+    }
+    drain.join();
   });
   (*server)->Wait();
-  // Wake the waiter if the server stopped for another reason.
+  // Wake the waiter: it waits for a first signal (the server stopped for another reason) or a
+  // second one (the drain is over).
+  stopped = true;
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
   return 0;

@@ -190,6 +190,45 @@ class SigtermTest(unittest.TestCase):
         self.assertIn("clashd stopped", log)
         ch.close()
 
+    def test_a_second_signal_stops_at_once(self):
+        """A second SIGTERM during the drain ends the process at once, call in flight or not."""
+        pb = self.pb
+        self.server.start(["--shutdown-grace-seconds", "300"])
+        ch = h.Channel(pb, self.server.port)
+        release = threading.Event()
+        sent = threading.Event()
+
+        def stalled_upload():
+            # A header, then nothing: the call stays in flight, so the drain would wait 300 s.
+            yield pb.parts_pb2.ImportCadRequest(
+                header=pb.parts_pb2.ImportCadHeader(file_name="stalled.step"))
+            sent.set()  # (gRPC asks for the next message once the header is on its way)
+            release.wait(120)
+
+        errors = []
+
+        def call():
+            try:
+                ch.parts.ImportCad(stalled_upload(), timeout=120)
+            except pb.grpc.RpcError as e:
+                errors.append(e.code())
+
+        t = threading.Thread(target=call)
+        t.start()
+        self.assertTrue(sent.wait(60))
+        time.sleep(1.0)  # the server has the call
+        self.server.proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        self.assertIsNone(self.server.proc.poll(), "the first signal drains: the call is in flight")
+        self.server.proc.send_signal(signal.SIGTERM)
+        code = self.server.proc.wait(timeout=30)
+        self.assertEqual(code, 2)
+        self.assertIn("again: stopping at once", self.server.log())
+        release.set()
+        t.join(60)
+        self.assertEqual(len(errors), 1, "the cut-off call ended with an error")
+        ch.close()
+
 
 if __name__ == "__main__":
     h.main(globals(), ("--sequence", {"required": True}))
