@@ -48,9 +48,8 @@ absl::Status Scene::CheckPlaceable(const PartEntry& part, const geom::RigidTrans
                                    const std::string& what) const {
   if (tree.Accepts(part.geom->bounds().Transformed(X_WP))) return absl::OkStatus();
   return absl::InvalidArgumentError(
-      absl::StrCat(what,
-                   " places the part beyond what the broad phase holds (coordinates of "
-                   "more than 1e150 mm)"));
+      absl::StrCat(what, " places the part beyond what the broad phase holds (coordinates of ",
+                   "more than ", geom::DynamicAabbTree::kMaxCoordinateMm, " mm)"));
 }
 
 void Scene::SetPose(InstanceRec& rec, const geom::RigidTransform& X_WP) {

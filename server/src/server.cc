@@ -236,6 +236,12 @@ struct QuerySlot {
   WorkLimiter::Permit permit;
 };
 
+// A duration flag (checked >= 0 at start) as milliseconds, capped at about 30 years so that an
+// infinite one neither overflows the cast nor the clock it is added to.
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 1e9) * 1e3));
+}
+
 // What an upload of unannounced size sets aside of its tenant's storage quota at a time.
 constexpr std::uint64_t kUploadStorageStep = std::uint64_t{4} << 20;
 
@@ -1238,10 +1244,7 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
   {
     const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return cad::WriteError("cannot create the upload file", errno);
-    struct CloseFd {
-      int fd;
-      ~CloseFd() { close(fd); }
-    } close_fd{fd};
+    const cad::ScopedFd close_fd(fd);
     std::size_t total = 0;
     while (reader->Read(&msg)) {
       if (msg.payload_case() != v1::ImportCadRequest::kChunk) {
@@ -1380,8 +1383,7 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                        " (the device needs root; in a container, the device "
                        "itself, or the limit set on the host)"));
     }
-    const auto idle = std::chrono::milliseconds(  // (capped: inf would overflow the cast)
-        static_cast<int64_t>(std::min(config.cpu_latency_idle_seconds, 1e9) * 1e3));
+    const std::chrono::milliseconds idle = Millis(config.cpu_latency_idle_seconds);
     impl->cpu_latency.emplace(std::move(*hold), idle);
     LogLine(LogLevel::kInfo,
             absl::StrCat("holding the CPU wake-up latency at ", config.cpu_latency_us, " us (",
@@ -1414,7 +1416,7 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   limits.burst = config.tenant_burst;
   impl->pair_cache_budget = std::make_shared<PairCacheBudget>(
       config.pair_cache_entries,
-      absl::Seconds(std::max(0.0, config.pair_cache_idle_seconds)));  // (+inf: never idle)
+      absl::Seconds(config.pair_cache_idle_seconds));  // (+inf: never idle)
   impl->tenants.emplace(config.data_dir, config.max_part_triangles, limits,
                         impl->pair_cache_budget);
   CLASH_RETURN_IF_ERROR(MakeDirs(impl->tenants->root()));
@@ -1575,12 +1577,8 @@ void ClashServer::Shutdown() {
   LogLine(LogLevel::kInfo, "clashd shutting down");
   impl_->health_service.Shutdown();
   impl_->retry_stopping = true;  // (its pass ends at its next part or tenant; joined below)
-  // (NaN counts as 0; capped at about 30 years: a larger or infinite grace would overflow the
-  // clock.)
-  const double grace = impl_->config.shutdown_grace_seconds;
-  const double grace_s = grace >= 0 ? std::min(grace, 1e9) : 0.0;
-  const auto deadline = std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1e3));
+  const auto deadline =
+      std::chrono::system_clock::now() + Millis(impl_->config.shutdown_grace_seconds);
   // In-flight calls get the grace period; then gRPC cancels them, and a cancelled import kills
   // its worker.
   impl_->server->Shutdown(deadline);

@@ -109,6 +109,22 @@ std::string FetchMetrics(int port, std::chrono::seconds timeout = std::chrono::s
   return body;
 }
 
+// A whole ImportCad upload on `ctx`: its header naming `file_name`, then `bytes` as one chunk;
+// the call's status.
+grpc::Status UploadWhole(v1::PartService::Stub& stub, grpc::ClientContext* ctx,
+                         const std::string& file_name, const std::string& bytes) {
+  v1::ImportCadResponse resp;
+  auto upload = stub.ImportCad(ctx, &resp);
+  v1::ImportCadRequest header;
+  header.mutable_header()->set_file_name(file_name);
+  EXPECT_TRUE(upload->Write(header));
+  v1::ImportCadRequest chunk;
+  chunk.set_chunk(bytes);
+  upload->Write(chunk);
+  upload->WritesDone();
+  return upload->Finish();
+}
+
 // Calls done() every `every` until it returns true or `limit` has passed; whether it did.
 bool PollUntil(const std::function<bool()>& done, std::chrono::seconds limit,
                std::chrono::milliseconds every) {
@@ -2774,15 +2790,7 @@ TEST_F(ServerTest, AStalledUploadDoesNotHoldTheImportSlot) {
   // A whole upload: it reaches the worker, which refuses its content, well before its deadline.
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  v1::ImportCadResponse resp;
-  auto whole = stub->ImportCad(&ctx, &resp);
-  header.mutable_header()->set_file_name("whole.step");
-  ASSERT_TRUE(whole->Write(header));
-  v1::ImportCadRequest chunk;
-  chunk.set_chunk("not a CAD file");
-  whole->Write(chunk);
-  whole->WritesDone();
-  const grpc::Status status = whole->Finish();
+  const grpc::Status status = UploadWhole(*stub, &ctx, "whole.step", "not a CAD file");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   stalled_ctx.TryCancel();
   stalled->Finish();
@@ -3223,16 +3231,7 @@ TEST_F(ServerTest, AStalledUploadEndsAtTheServersDeadline) {
   EXPECT_THAT(body, ::testing::HasSubstr("clashd_uploads_in_progress 0"));
   // The one place is free again: an import is admitted (and fails only on its content).
   grpc::ClientContext next_ctx;
-  v1::ImportCadResponse next_resp;
-  auto next = stub->ImportCad(&next_ctx, &next_resp);
-  v1::ImportCadRequest header;
-  header.mutable_header()->set_file_name("x.step");
-  ASSERT_TRUE(next->Write(header));
-  v1::ImportCadRequest chunk;
-  chunk.set_chunk("not a CAD file");
-  next->Write(chunk);
-  next->WritesDone();
-  const grpc::Status next_status = next->Finish();
+  const grpc::Status next_status = UploadWhole(*stub, &next_ctx, "x.step", "not a CAD file");
   // Admitted: it fails on its content (or, on a slow machine, the 1 s limit), not the queue.
   EXPECT_NE(next_status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << next_status.error_message();

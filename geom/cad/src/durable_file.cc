@@ -20,6 +20,9 @@
 #include "absl/strings/string_view.h"
 
 namespace clash::cad {
+
+ScopedFd::~ScopedFd() { close(fd_); }
+
 namespace {
 
 // WriteFileAtomically's temporaries: kTemporaryPrefix + "<name>-<pid>-<n>".

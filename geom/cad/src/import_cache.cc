@@ -77,18 +77,6 @@ std::string Hex(const std::array<unsigned char, kDigestBytes>& d) {
   return s;
 }
 
-// Closes a file descriptor on destruction.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() { close(fd_); }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-
- private:
-  int fd_;
-};
-
 bool IsKey(std::string_view key) {
   if (key.size() != 2 * kDigestBytes) return false;
   for (char c : key) {

@@ -11,6 +11,18 @@
 
 namespace clash::cad {
 
+/// Closes a file descriptor when it goes out of scope.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd();
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+
+ private:
+  int fd_;
+};
+
 /// Replaces `path` with `bytes` atomically and durably: a temporary ".tmp-*" file in the same
 /// folder, fsync, rename, fsync of the folder. Readers see the old content or the new, never a
 /// mix; after a crash the file holds one of them. RESOURCE_EXHAUSTED when the disk or the
