@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "testing/random_geometry.h"
 
 namespace clash::geom {
@@ -70,6 +72,48 @@ TEST(Aabb, TransformedMatchesTransformedCorners) {
     EXPECT_LT((got.max - expected.max).cwiseAbs().maxCoeff(), 1e-12);
   }
   EXPECT_TRUE(Aabb{}.Transformed(RigidTransform::Identity()).IsEmpty());
+}
+
+// Rounding may only enlarge a box (DESIGN.md §2): the box of a transformed box holds every
+// transformed corner as computed in extended precision (64-bit mantissa, far finer than the
+// double rounding it checks), for boxes near the origin and far from it, rotated and not.
+TEST(Aabb, TransformedRoundsOutward) {
+  auto rng = SeededRng(13);
+  int outside_unrounded = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const double reach = trial % 3 == 0 ? 1e6 : trial % 3 == 1 ? 1.0 : 1e-3;
+    const Vec3 c = RandomPoint(rng, reach);
+    const Aabb b =
+        Aabb::FromPoints(c + RandomPoint(rng, reach * 1e-3), c + RandomPoint(rng, reach * 1e-3));
+    RigidTransform X = RandomPose(rng, reach);
+    if (trial % 2 == 0) X.R = Mat3::Identity();
+    const Aabb got = b.Transformed(X);
+    // Arvo's box as it was, without the outward rounding: the test below must catch it.
+    const Vec3 c0 = X * b.Center(), h0 = X.R.cwiseAbs() * b.HalfExtents();
+    for (const Vec3& corner : b.Corners()) {
+      bool unrounded_holds = true;
+      for (int i = 0; i < 3; ++i) {
+        long double x = X.t[i];
+        for (int j = 0; j < 3; ++j) {
+          x += static_cast<long double>(X.R(i, j)) * static_cast<long double>(corner[j]);
+        }
+        ASSERT_GE(x, static_cast<long double>(got.min[i])) << "trial " << trial << " axis " << i;
+        ASSERT_LE(x, static_cast<long double>(got.max[i])) << "trial " << trial << " axis " << i;
+        unrounded_holds = unrounded_holds && x >= static_cast<long double>(c0[i] - h0[i]) &&
+                          x <= static_cast<long double>(c0[i] + h0[i]);
+      }
+      outside_unrounded += !unrounded_holds;
+    }
+    // And not by more than a few units in the last place of the coordinates.
+    const double coords =
+        X.t.cwiseAbs().maxCoeff() + (b.max.cwiseAbs().cwiseMax(b.min.cwiseAbs())).maxCoeff();
+    EXPECT_LE((c0 - h0 - got.min).maxCoeff(),
+              128 * std::numeric_limits<double>::epsilon() * coords);
+    EXPECT_LE((got.max - c0 - h0).maxCoeff(),
+              128 * std::numeric_limits<double>::epsilon() * coords);
+  }
+  // The seeded inputs do reach the rounding the slack is for.
+  EXPECT_GT(outside_unrounded, 0);
 }
 
 TEST(RigidTransform, InverseAndComposition) {

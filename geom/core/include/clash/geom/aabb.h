@@ -83,12 +83,20 @@ struct Aabb {
     return gap.norm();
   }
   /// The axis-aligned box of this box after transform X (Arvo's method: the extents
-  /// are |R| times the half extents, exact for the rotated box's bounds).
+  /// are |R| times the half extents, exact for the rotated box's bounds), rounded outward.
   [[nodiscard]] Aabb Transformed(const RigidTransform& X) const {
     if (IsEmpty()) return {};
-    Vec3 c = X * Center();
-    Vec3 h = X.R.cwiseAbs() * HalfExtents();
-    return {c - h, c + h};
+    const Vec3 c0 = Center(), h0 = HalfExtents();
+    const Mat3 A = X.R.cwiseAbs();
+    const Vec3 c = X * c0;
+    const Vec3 h = A * h0;
+    // Rounding may only enlarge a box (DESIGN.md §2). The centre and half extents, the products
+    // and sums above and the subtraction below are each off by at most a unit in the last place
+    // of the magnitudes they combine, about 8 of them in all along any path; the slack bounds
+    // twice that, relative to those magnitudes (a few 1e-15 of the coordinates).
+    constexpr double kRelativeSlack = 16.0 * std::numeric_limits<double>::epsilon();
+    const Vec3 slack = kRelativeSlack * (A * (c0.cwiseAbs() + h0) + X.t.cwiseAbs());
+    return {c - h - slack, c + h + slack};
   }
 };
 
