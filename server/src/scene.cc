@@ -42,6 +42,7 @@ void Scene::Add(InstanceRec rec) {
   for (const std::string& g : rec.groups) groups[g].insert(rec.id);
   const uint64_t id = rec.id;
   instances.emplace(id, std::move(rec));
+  ++changes;
 }
 
 absl::Status Scene::CheckPlaceable(const PartEntry& part, const geom::RigidTransform& X_WP,
@@ -58,6 +59,7 @@ void Scene::SetPose(InstanceRec& rec, const geom::RigidTransform& X_WP) {
   rec.X_WP = X_WP;
   rec.world_box = WorldBox(rec);
   rec.pose_version = ++pose_clock;
+  ++changes;
   if (rec.proxy >= 0) {
     tree.Move(rec.proxy, rec.world_box);
   } else if (rec.enabled) {
@@ -69,6 +71,7 @@ void Scene::SetPose(InstanceRec& rec, const geom::RigidTransform& X_WP) {
 void Scene::SetEnabled(InstanceRec& rec, bool enabled) {
   if (rec.enabled == enabled) return;
   rec.enabled = enabled;
+  ++changes;
   if (enabled) {
     rec.proxy = tree.Insert(rec.world_box, rec.id);
   } else {
@@ -90,9 +93,13 @@ void Scene::Remove(uint64_t id) {
     if (git->second.empty()) groups.erase(git);
   }
   instances.erase(it);
+  ++changes;
 }
 
 void Scene::SetGroup(const std::string& group, const std::set<uint64_t>& members) {
+  const auto old = groups.find(group);
+  if (old == groups.end() ? members.empty() : old->second == members) return;
+  ++changes;
   if (auto git = groups.find(group); git != groups.end()) {
     for (uint64_t id : git->second) {
       if (InstanceRec* rec = Find(id)) rec->groups.erase(group);

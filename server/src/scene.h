@@ -143,6 +143,9 @@ class Scene {
   bool deleted = false;
   std::string name;
   uint64_t version = 0;
+  /// Counts the mutations below that changed something (an edit that changes nothing keeps the
+  /// version and is not written).
+  uint64_t changes = 0;
   int64_t create_time_s = 0;
   int64_t update_time_s = 0;
   uint64_t next_instance_id = 1;

@@ -881,7 +881,7 @@ struct ClashServer::Impl {
   [[nodiscard]] std::size_t PageBytes() const { return config.max_message_bytes / 4; }
 
   // Applies an all-or-nothing edit: `edit` validates before it changes anything; the change is
-  // on disk before the reply.
+  // on disk before the reply. An edit that changes nothing keeps the version and writes nothing.
   // The scene's lock is waited for until the call's deadline (a query or a sequence may hold
   // it): an edit that answers DEADLINE_EXCEEDED has changed nothing. `grows`: the edit adds to
   // the scene (instances, groups), so it is refused (RESOURCE_EXHAUSTED, nothing changed) when
@@ -900,7 +900,14 @@ struct ClashServer::Impl {
         std::unique_lock<std::shared_timed_mutex> lock,
         t.scenes().LockCurrentForWrite(&scene, CallDeadline(ctx, config.max_query_seconds)));
     try {
+      const uint64_t changes_before = scene->changes;
       CLASH_RETURN_IF_ERROR(edit(*scene));
+      if (scene->changes == changes_before) {
+        // Nothing changed (poses re-sent as they are, say): the version stays and nothing is
+        // written, so a plugin that sends every pose after each edit pays no disk write for them.
+        response->set_scene_version(scene->version);
+        return absl::OkStatus();
+      }
       scene->Touch();
       Tenant::StorageReservation room;  // held until the file is written
       CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene, grows ? ReserveInto(t, &room) : nullptr));

@@ -3938,6 +3938,68 @@ TEST_F(ServerTest, SceneEditsThatWouldPassTheStorageQuotaAreRefused) {
   EXPECT_EQ(after->version(), before->version() + 1);
 }
 
+// An edit that changes nothing (poses re-sent as they are, the enabled state it has, a group
+// set to its members, empty lists) keeps the scene's version and writes nothing; the first real
+// change then bumps the version by one and is written.
+TEST_F(ServerTest, EditsThatChangeNothingKeepTheVersionAndWriteNothing) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  const RigidTransform X_a{geom::Mat3::Identity(), Vec3(0.25, 0.5, 0.75)};
+  const uint64_t a = Place(scene, box, X_a, "a");
+  Place(scene, box, RigidTransform{geom::Mat3::Identity(), Vec3(5, 0, 0)}, "b");
+  v1::SetGroupRequest group;
+  group.set_scene_id(scene);
+  group.set_group("g");
+  group.add_instance_ids(a);
+  ASSERT_THAT(client_->SetGroup(group).status(), IsOk());
+  const auto before = client_->GetScene(scene);
+  ASSERT_THAT(before.status(), IsOk());
+
+  static std::atomic<int> syncs{0};
+  syncs = 0;
+  cad::internal::SetFsyncForTesting(+[](int fd) {
+    ++syncs;
+    return fsync(fd);
+  });
+  v1::SetPosesRequest same;
+  same.set_scene_id(scene);
+  v1::PoseUpdate* u = same.add_poses();
+  u->set_instance_id(a);
+  *u->mutable_pose() = ToPose(X_a);
+  v1::SetPosesRequest none;
+  none.set_scene_id(scene);
+  v1::SetInstancesEnabledRequest enabled;
+  enabled.set_scene_id(scene);
+  enabled.set_enabled(true);
+  enabled.add_instance_ids(a);
+  v1::SetGroupRequest no_group;  // deleting a group that does not exist
+  no_group.set_scene_id(scene);
+  no_group.set_group("nothing");
+  v1::RemoveInstancesRequest remove_none;
+  remove_none.set_scene_id(scene);
+  const std::vector<absl::StatusOr<uint64_t>> versions = {
+      client_->SetPoses(same),  client_->SetPoses(none),     client_->SetInstancesEnabled(enabled),
+      client_->SetGroup(group), client_->SetGroup(no_group), client_->RemoveInstances(remove_none)};
+  const int unchanged_syncs = syncs;
+  // A real change: one moved instance.
+  *u->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), Vec3(0, 9, 0)});
+  const auto moved = client_->SetPoses(same);
+  const int changed_syncs = syncs;
+  cad::internal::SetFsyncForTesting(nullptr);
+
+  for (const auto& v : versions) {
+    ASSERT_THAT(v.status(), IsOk());
+    EXPECT_EQ(*v, before->version());
+  }
+  EXPECT_EQ(unchanged_syncs, 0);
+  ASSERT_THAT(moved.status(), IsOk());
+  EXPECT_EQ(*moved, before->version() + 1);
+  EXPECT_GT(changed_syncs, 0);
+  const auto after = client_->GetScene(scene);
+  ASSERT_THAT(after.status(), IsOk());
+  EXPECT_EQ(after->version(), before->version() + 1);
+}
+
 // A scene written whose folder cannot be synced: the call says so (INTERNAL), and the scene
 // served is the one its file holds (the edit, in place though it may not survive a crash);
 // deleting it then removes it, with the same warning.
