@@ -475,27 +475,26 @@ absl::StatusOr<std::vector<const InstanceRec*>> SelectInstances(
     if (it == scene.groups.end()) return absl::NotFoundError(absl::StrCat("no group '", g, "'"));
     chosen.insert(it->second.begin(), it->second.end());
   }
-  if (!selector.path_prefixes().empty()) {
-    // One pass over the instances, whatever the number of prefixes: a path is under a prefix
-    // when the prefix is the path or the path cut before one of its '/'.
-    absl::flat_hash_map<std::string_view, bool> matched;  // prefix -> some instance is under it
-    for (const std::string& prefix : selector.path_prefixes()) matched.emplace(prefix, false);
-    for (const auto& [id, rec] : scene.instances) {
-      const std::string_view path = rec.path;
-      for (std::size_t cut = path.find('/');; cut = path.find('/', cut + 1)) {
-        auto it = matched.find(path.substr(0, cut));
-        if (it != matched.end()) {
-          it->second = true;
-          chosen.insert(id);
-        }
-        if (cut == std::string_view::npos) break;
-      }
+  // A path is under a prefix when it is the prefix or continues it with '/': the prefix itself
+  // and the range ["prefix/", "prefix0") of the ordered paths ('0' follows '/'), so a prefix
+  // costs a lookup and its matches, not a pass over the scene.
+  absl::flat_hash_set<std::string_view> seen_prefixes;
+  std::string key;
+  for (const std::string& prefix : selector.path_prefixes()) {
+    if (!seen_prefixes.insert(prefix).second) continue;
+    bool matched = false;
+    if (auto it = scene.by_path.find(prefix); it != scene.by_path.end()) {
+      matched = true;
+      chosen.insert(it->second);
     }
-    for (const std::string& prefix : selector.path_prefixes()) {
-      if (!matched.at(prefix)) {
-        return absl::NotFoundError(absl::StrCat("no instance under path '", prefix, "'"));
-      }
+    key.assign(prefix).push_back('/');
+    auto it = scene.by_path.lower_bound(key);
+    key.back() = '/' + 1;
+    for (const auto end = scene.by_path.lower_bound(key); it != end; ++it) {
+      matched = true;
+      chosen.insert(it->second);
     }
+    if (!matched) return absl::NotFoundError(absl::StrCat("no instance under path '", prefix, "'"));
   }
   for (uint64_t id : chosen) {
     const InstanceRec* rec = scene.Find(id);

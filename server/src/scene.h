@@ -12,7 +12,6 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -150,7 +149,8 @@ class Scene {
   int64_t update_time_s = 0;
   uint64_t next_instance_id = 1;
   std::map<uint64_t, InstanceRec> instances;
-  std::unordered_map<std::string, uint64_t> by_path;
+  /// Instance ids by path, ordered so that the instances under a path prefix are one range.
+  std::map<std::string, uint64_t, std::less<>> by_path;
   std::map<std::string, std::set<uint64_t>> groups;
   geom::DynamicAabbTree tree;
   uint64_t pose_clock = 0;

@@ -139,9 +139,15 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
   // checked here, before any runs: a bad step fails the call whatever the steps before it find.
   const int n = request.steps_size();
   std::vector<std::vector<const InstanceRec*>> movers(static_cast<std::size_t>(n));
-  std::vector<geom::Motion> motions;
-  motions.reserve(static_cast<std::size_t>(n));
   absl::flat_hash_map<uint64_t, int> step_of;
+  // Each step's motion is made here to check it, and made again when the step runs: a motion
+  // takes about 20 times its keyframes' bytes on the wire, so keeping every step's would let
+  // one request take gigabytes before its first step.
+  const auto motion_of = [&](int k) {
+    const InstanceRec* first = movers[k].front();
+    return MotionToInstall(request.steps(k).motion(), first->X_WP,
+                           absl::StrCat("step ", k + 1, " (", first->path, ")"));
+  };
   for (int k = 0; k < n; ++k) {
     CLASH_RETURN_IF_ERROR(stop());
     const v1::SequenceStep& step = request.steps(k);
@@ -159,17 +165,25 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
             absl::StrCat(rec->path, " is moved by steps ", step_of[rec->id] + 1, " and ", k + 1));
       }
     }
-    const InstanceRec* first = movers[k].front();
-    absl::StatusOr<geom::Motion> motion = MotionToInstall(
-        step.motion(), first->X_WP, absl::StrCat("step ", k + 1, " (", first->path, ")"));
-    if (!motion.ok()) return motion.status();
-    motions.push_back(*std::move(motion));
+    CLASH_RETURN_IF_ERROR(motion_of(k).status());
   }
+  // Staged instances, within a budget: a few bytes of request naming the whole scene many
+  // times (an empty selector names every instance) must not take minutes past the deadline.
   absl::flat_hash_map<uint64_t, RigidTransform> staged;
+  std::size_t staged_named = 0;
   for (int i = 0; i < request.staged_size(); ++i) {
+    CLASH_RETURN_IF_ERROR(stop());
     CLASH_ASSIGN_OR_RETURN(
         RigidTransform X, PoseFromProto(request.staged(i).pose(), absl::StrCat("staged[", i, "]")));
     CLASH_ASSIGN_OR_RETURN(auto recs, SelectInstances(scene, request.staged(i).instances()));
+    staged_named += recs.size();
+    if (staged_named > kMaxStagedInstances) {
+      return absl::ResourceExhaustedError(absl::StrCat("the staged entries name more than ",
+                                                       kMaxStagedInstances,
+                                                       " instances in all (at staged[", i,
+                                                       "]); an empty selector names every "
+                                                       "instance"));
+    }
     for (const InstanceRec* rec : recs) staged[rec->id] = X;
   }
   AllowRules global_rules;
@@ -295,7 +309,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       CLASH_ASSIGN_OR_RETURN(geom::Motion motion,
                              !sweeps.empty() ? sweeps.front().motion.Carrying(
                                                    movers[k].front()->X_WP.Inverse() * m->X_WP)
-                                             : absl::StatusOr<geom::Motion>(motions[k]));
+                                             : motion_of(k));
       MoverSweep& s = sweeps.emplace_back(MoverSweep{m, std::move(motion), false, {}, {}});
       if (!rules.empty()) {
         for (const Standing& st : standing) {
@@ -314,7 +328,8 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
                      s.motion.MaxTravel(0, 1, geom::Sphere{box.Center(), 0.5 * box.Diagonal()}),
                      obstacles_of(*m, s.allowed_pairs));
       s.options.clearance_mm = tol.clearance_mm();
-      s.options.profile = request.clearance_profile();
+      // (Only the first mover's profile is reported: the others would only take memory.)
+      s.options.profile = request.clearance_profile() && sweeps.size() == 1;
       s.options.max_iterations = limits.max_sweep_iterations;
     }
     double end = 1.0;

@@ -2,6 +2,7 @@
 // continuously along their motion against the instances standing at that point.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 
@@ -24,6 +25,10 @@ namespace clash::server {
 
 /// Keyframes a path may have (RESOURCE_EXHAUSTED beyond).
 inline constexpr int kMaxKeyframes = 10'000;
+
+/// Most instances a sequence's staged entries may name in all (counted with repeats): beyond
+/// it, RESOURCE_EXHAUSTED.
+inline constexpr std::size_t kMaxStagedInstances = std::size_t{1} << 22;
 
 /// Pairs a step lists in StepResult.suppressed (suppressed_pairs counts them all).
 inline constexpr int kMaxSuppressedListed = 1000;

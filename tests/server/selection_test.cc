@@ -1,5 +1,5 @@
 // Selectors and allowed-interference rules against brute-force oracles on seeded random input:
-// SelectInstances' one-pass prefix match against the definition (the path, or the path
+// SelectInstances' range lookup of prefixes in the ordered paths against the definition (the path, or the path
 // continuing with '/'), and AllowRules' indexed search against a scan of every rule in request
 // order.
 #include <gtest/gtest.h>
@@ -21,14 +21,15 @@ namespace {
 constexpr uint64_t kInstances = 120;
 
 // Paths of up to four segments drawn from a few names (some empty, so "//" and a trailing "/"
-// occur), and prefixes drawn the same way: many share leading characters without a '/' after.
+// occur), and prefixes drawn the same way: many share leading characters without a '/' after,
+// and "a.b" and "a0" sort just before and after "a/" (the ends of the range a prefix looks up).
 std::string RandomPath(std::mt19937_64& rng) {
-  static const char* const kNames[] = {"a", "ab", "b", "", "a.b"};
+  static const char* const kNames[] = {"a", "ab", "b", "", "a.b", "a0"};
   std::string path;
   const int n = std::uniform_int_distribution<int>(1, 4)(rng);
   for (int i = 0; i < n; ++i) {
     if (i > 0) path += '/';
-    path += kNames[std::uniform_int_distribution<int>(0, 4)(rng)];
+    path += kNames[std::uniform_int_distribution<int>(0, 5)(rng)];
   }
   return path;
 }

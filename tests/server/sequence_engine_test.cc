@@ -35,6 +35,7 @@ class BoxScene {
     rec.X_WP = RigidTransform::Translation(at);
     scene_->Add(std::move(rec));
   }
+  [[nodiscard]] const Scene* scene() const { return scene_.get(); }
   // Runs a sequence, collecting its step results.
   std::vector<v1::StepResult> Run(const v1::ValidateSequenceRequest& req,
                                   const SequenceLimits& limits = {}) {
@@ -300,6 +301,39 @@ TEST(SequenceEngine, KeyframePathsAreBoundedAndDirectionsAnyLength) {
       MotionToInstall(line, RigidTransform::Identity(), "l");
   ASSERT_THAT(motion.status(), IsOk());
   EXPECT_NEAR((motion->start().t - Vec3(0, -2, 0)).norm(), 0.0, 1e-12);
+}
+
+// The staged entries name at most kMaxStagedInstances instances in all: an empty selector names
+// every instance, so a small request repeating it could otherwise keep a query slot and the
+// scene's lock for minutes (a review's 6 MB request ran 87 s past a 5 s deadline). The stop
+// check is asked between entries, so a call's deadline ends the work too.
+TEST(SequenceEngine, StagedEntriesAreBoundedAndStopWhenAsked) {
+  BoxScene scene;
+  constexpr int kBoxes = 100;
+  for (int i = 0; i < kBoxes; ++i)
+    scene.Add("b" + std::to_string(i), Vec3(1, 1, 1), Vec3(3.0 * i, 0, 0));
+  v1::ValidateSequenceRequest req = InstallAlongX("b0", 10);
+  const auto stage_all = [&](int entries) {
+    req.clear_staged();
+    for (int i = 0; i < entries; ++i) {
+      ToProto(RigidTransform::Identity(), req.add_staged()->mutable_pose());
+    }
+  };
+  std::vector<v1::StepResult> steps;
+  stage_all(static_cast<int>(kMaxStagedInstances / kBoxes));  // exactly the budget: runs
+  EXPECT_THAT(scene.RunStatus(req, &steps), IsOk());
+  EXPECT_EQ(steps.size(), 1u);
+  stage_all(static_cast<int>(kMaxStagedInstances / kBoxes) + 1);
+  EXPECT_THAT(scene.RunStatus(req, &steps),
+              testing::StatusIs(absl::StatusCode::kResourceExhausted, "staged"));
+  // A stop that comes while the staged entries are resolved ends the call there.
+  int asked = 0;
+  const absl::Status stopped = RunSequence(
+      *scene.scene(), req,
+      [&] { return ++asked > 1000 ? absl::DeadlineExceededError("late") : absl::OkStatus(); },
+      [](const v1::ValidateSequenceEvent&) {});
+  EXPECT_THAT(stopped, testing::StatusIs(absl::StatusCode::kDeadlineExceeded, "late"));
+  EXPECT_EQ(asked, 1001);
 }
 
 }  // namespace
