@@ -687,6 +687,8 @@ TEST_F(ClashctlCli, UsageErrorsExitTwoWithoutCallingTheServer) {
       {{"import", "/nonexistent.step"}, "cannot read /nonexistent.step"},
       {{"info", "s42"}, "neither a part id"},
       {{"--timeout", "0", "health"}, "--timeout must be"},
+      {{"validate", "s42", "seq.json", "--html", "r.html", "--html-max-triangles", "-5"},
+       "--html-max-triangles"},
       {{"frobnicate", "s1"}, "unknown command 'frobnicate'"},
       {{"scene", "show"}, "SCENE_ID is required"},
       {{}, "A subcommand is required"},

@@ -577,8 +577,24 @@ TEST(XmlEscape, SpecialAndControlCharacters) {
 TEST(XmlEscape, NonCharactersFffeAndFfff) {
   EXPECT_EQ(XmlEscape("a\xef\xbf\xbe"
                       "b\xef\xbf\xbf"
-                      "c\xef\xbf\xbd\xc3\xa4\xef\xbf"),
-            "a?b?c\xef\xbf\xbd\xc3\xa4\xef\xbf");
+                      "c\xef\xbf\xbd\xc3\xa4\xf0\x9f\x94\xa9"),
+            "a?b?c\xef\xbf\xbd\xc3\xa4\xf0\x9f\x94\xa9");
+}
+
+// The report says UTF-8, so bytes that are not (a Latin-1 step name or file name, a truncated
+// sequence, overlong forms, surrogates) become U+FFFD; before, they went through and a JUnit
+// reader refused the whole report.
+TEST(XmlEscape, InvalidUtf8BecomesReplacementCharacters) {
+  const std::string fffd = "\xef\xbf\xbd";
+  EXPECT_EQ(XmlEscape("gr\xf6\xdf"
+                      "e"),
+            "gr" + fffd + fffd + "e");                                  // Latin-1
+  EXPECT_EQ(XmlEscape("a\xc3"), "a" + fffd);                            // truncated
+  EXPECT_EQ(XmlEscape("\xbf<"), fffd + "&lt;");                         // stray
+  EXPECT_EQ(XmlEscape("\xc0\xbc"), fffd + fffd);                        // overlong '<'
+  EXPECT_EQ(XmlEscape("\xed\xa0\x80"), fffd + fffd + fffd);             // surrogate
+  EXPECT_EQ(XmlEscape("\xf4\x90\x80\x80"), fffd + fffd + fffd + fffd);  // > U+10FFFF
+  EXPECT_EQ(XmlEscape("\xe0\xa0\x80\xf4\x8f\xbf\xbf"), "\xe0\xa0\x80\xf4\x8f\xbf\xbf");  // edges
 }
 
 // Runs python3's XML parser on `xml` and returns one line per element of interest, or

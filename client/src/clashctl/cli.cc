@@ -959,8 +959,11 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
                            "also write a JUnit XML report (one test case per step) to FILE");
   validate_cmd->add_option("--html", validate_args.html,
                            "also write a self-contained HTML report with a 3D view per step");
-  validate_cmd->add_option("--html-max-triangles", validate_args.html_max_triangles,
-                           "triangles the HTML report embeds at most (larger parts: boxes)");
+  // (Checked as a number >= 0: CLI11 would take "-5" into the unsigned count as about 2^64.)
+  validate_cmd
+      ->add_option("--html-max-triangles", validate_args.html_max_triangles,
+                   "triangles the HTML report embeds at most (larger parts: boxes)")
+      ->check(CLI::NonNegativeNumber);
   on_run(validate_cmd, [&] { return RunValidate(session, validate_args); });
 
   DistanceArgs distance_args;

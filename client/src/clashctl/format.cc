@@ -443,18 +443,54 @@ std::string FormatInterferenceSummary(const v1::InterferenceResponse& r) {
       " cached), scene version ", r.scene_version());
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[i] (1-4), or 0 when the bytes there are
+// not one (a stray continuation byte, a truncated sequence, an overlong form, a surrogate, a
+// code point above U+10FFFF): the ranges of the Unicode standard's table 3-7.
+std::size_t Utf8SequenceAt(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) {
+    return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0u;
+  };
+  const unsigned b0 = byte(0);
+  if (b0 < 0x80) return 1;
+  const auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xbf) {
+    const unsigned b = byte(k);
+    return b >= lo && b <= hi;
+  };
+  if (b0 >= 0xc2 && b0 <= 0xdf) return cont(1) ? 2 : 0;
+  if (b0 >= 0xe0 && b0 <= 0xef) {
+    const unsigned lo = b0 == 0xe0 ? 0xa0 : 0x80, hi = b0 == 0xed ? 0x9f : 0xbf;
+    return cont(1, lo, hi) && cont(2) ? 3 : 0;
+  }
+  if (b0 >= 0xf0 && b0 <= 0xf4) {
+    const unsigned lo = b0 == 0xf0 ? 0x90 : 0x80, hi = b0 == 0xf4 ? 0x8f : 0xbf;
+    return cont(1, lo, hi) && cont(2) && cont(3) ? 4 : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
 std::string XmlEscape(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    // U+FFFE and U+FFFF are not XML 1.0 characters either.
-    if (const std::string_view next = text.substr(i, 3);
-        next == "\xef\xbf\xbe" || next == "\xef\xbf\xbf") {
-      out += '?';
-      i += 2;
+    // The document says UTF-8: a byte that starts no well-formed sequence (a file name or a
+    // sequence file in Latin-1, say) becomes U+FFFD, and a whole sequence is copied as it is.
+    if (const std::size_t n = Utf8SequenceAt(text, i); n != 1) {
+      if (n == 0) {
+        out += "\xef\xbf\xbd";
+      } else if (const std::string_view seq = text.substr(i, n);
+                 seq == "\xef\xbf\xbe" || seq == "\xef\xbf\xbf") {
+        out += '?';  // U+FFFE and U+FFFF are not XML 1.0 characters either
+      } else {
+        out += seq;
+      }
+      i += n == 0 ? 0 : n - 1;
       continue;
     }
+    const char c = text[i];
     switch (c) {
       case '&':
         out += "&amp;";
