@@ -747,6 +747,15 @@ TEST(FormatSequence, OkBlockedAndUndecidedSteps) {
   EXPECT_THAT(FormatSequence(steps, summary),
               HasSubstr("as1/plate\n       1201 allowed pairs left out of the sweep\n2 "));
   steps[0].set_suppressed_pairs(0);
+  // A step whose contact tolerance the server raised above the requested one (1e-9 of a huge
+  // travel) says so below its line; one at the requested tolerance does not.
+  summary.mutable_tolerances()->set_contact_tolerance_mm(0.05);
+  steps[0].set_contact_tolerance_mm(0.05);
+  steps[1].set_contact_tolerance_mm(1000);
+  steps[2].set_contact_tolerance_mm(0.05);
+  const std::string raised = FormatSequence(steps, summary);
+  EXPECT_THAT(raised, HasSubstr("as1/nut (HARD)\n       contact tolerance raised to 1000 mm"));
+  EXPECT_EQ(raised.find("raised"), raised.rfind("raised"));
   const std::string junit = SequenceJunitReport("s1", steps, summary);
   EXPECT_THAT(junit, HasSubstr("<failure message=\"blocked at t=0.5\">as1/nut (HARD)</failure>"));
   EXPECT_THAT(

@@ -659,6 +659,15 @@ std::string FormatSequence(const std::vector<v1::StepResult>& steps,
                            : "BLOCKED",
         step.ok() ? "-" : absl::StrFormat("%.4f", step.blocked_t()), contact, clearance,
         WithoutControls(step.ok() ? step.min_clearance_path() : StepProblem(step)));
+    // A contact tolerance below 1e-9 of a mover's travel is raised to it (rounding): say so,
+    // or a step moved 1e12 mm would read as checked at the requested tolerance.
+    if (summary.tolerances().has_contact_tolerance_mm() &&
+        step.contact_tolerance_mm() > summary.tolerances().contact_tolerance_mm()) {
+      absl::StrAppendFormat(&out,
+                            "       contact tolerance raised to %.6g mm (1e-9 of the mover's "
+                            "size or travel)\n",
+                            step.contact_tolerance_mm());
+    }
     if (step.suppressed_pairs() > 0) {
       absl::StrAppendFormat(&out, "       %d allowed pair%s left out of the sweep\n",
                             step.suppressed_pairs(), step.suppressed_pairs() == 1 ? "" : "s");
