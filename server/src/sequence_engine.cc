@@ -297,6 +297,20 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       const InstanceRec* rec = scene.Find(id);
       return rec != nullptr ? rec->path : std::string();
     };
+    // Progress events while the step's sweeps run, at most one per progress_interval: a long
+    // step (tens of thousands of poses) would otherwise show its start until it ends. t is
+    // the sweep running's (it starts again when a group's movers are swept again).
+    absl::Time last_progress = absl::Now();
+    const auto progress_within_step = [&, k](double t) {
+      const absl::Time now = absl::Now();
+      if (now - last_progress < limits.progress_interval) return;
+      last_progress = now;
+      v1::ValidateSequenceEvent e;
+      e.mutable_progress()->set_step_index(k);
+      e.mutable_progress()->set_step_count(n);
+      e.mutable_progress()->set_t(t);
+      emit(e);
+    };
     std::vector<MoverSweep> sweeps;
     sweeps.reserve(movers[k].size());
     int64_t suppressed = 0;
@@ -331,6 +345,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       // (Only the first mover's profile is reported: the others would only take memory.)
       s.options.profile = request.clearance_profile() && sweeps.size() == 1;
       s.options.max_iterations = limits.max_sweep_iterations;
+      s.options.on_free_pose = progress_within_step;
     }
     double end = 1.0;
     // Each pass lowers `end` or ends the loop; a re-swept mover reaches the new end unless it is

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "clash/geom/motion.h"
 #include "clash/geom/sweep.h"
 #include "clash/v1/sequences.pb.h"
@@ -38,6 +39,9 @@ struct SequenceLimits {
   /// Poses one mover's sweep may check in a step (geom::SweepOptions::max_iterations); a sweep
   /// that reaches it leaves its step undecided.
   int max_sweep_iterations = geom::SweepOptions{}.max_iterations;
+  /// Least time between progress events within a step (one also comes at each step's start
+  /// and end).
+  absl::Duration progress_interval = absl::Milliseconds(500);
 };
 
 /// Runs the sequence; `emit` receives progress, one StepResult per step run, then the summary.

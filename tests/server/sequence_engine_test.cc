@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -301,6 +302,42 @@ TEST(SequenceEngine, KeyframePathsAreBoundedAndDirectionsAnyLength) {
       MotionToInstall(line, RigidTransform::Identity(), "l");
   ASSERT_THAT(motion.status(), IsOk());
   EXPECT_NEAR((motion->start().t - Vec3(0, -2, 0)).norm(), 0.0, 1e-12);
+}
+
+// A long step reports progress while its sweep runs, not only at its start and end (a review
+// found a 50,000-pose step showing t = 0 until it ended): with no least interval, every free
+// pose checked sends an event, in increasing t, between the step's start (t = 0) and end (1).
+TEST(SequenceEngine, ProgressComesWhileAStepRuns) {
+  BoxScene scene;
+  scene.Add("peg", Vec3(1, 1, 1), Vec3(0, 0, 0));
+  scene.Add("rail", Vec3(100, 1, 1), Vec3(0, 2.5, 0));  // 0.5 mm beside the whole path
+  v1::ValidateSequenceRequest req = InstallAlongX("peg", 100);
+  // Closer than the clearance, the path is sampled every C/4 (about 400 poses here).
+  req.mutable_tolerances()->set_clearance_mm(1);
+  std::vector<double> ts;
+  SequenceLimits limits;
+  limits.progress_interval = absl::ZeroDuration();
+  ASSERT_THAT(RunSequence(
+                  *scene.scene(), req, [] { return absl::OkStatus(); },
+                  [&](const v1::ValidateSequenceEvent& e) {
+                    if (e.has_progress()) ts.push_back(e.progress().t());
+                  },
+                  limits),
+              IsOk());
+  ASSERT_GT(ts.size(), 20u);
+  EXPECT_EQ(ts.front(), 0.0);
+  EXPECT_EQ(ts.back(), 1.0);
+  EXPECT_TRUE(std::is_sorted(ts.begin(), ts.end()));
+  EXPECT_GT(std::count_if(ts.begin(), ts.end(), [](double t) { return t > 0.25 && t < 0.75; }), 5);
+  // With the default interval a fast step sends only its start and end.
+  ts.clear();
+  ASSERT_THAT(RunSequence(
+                  *scene.scene(), req, [] { return absl::OkStatus(); },
+                  [&](const v1::ValidateSequenceEvent& e) {
+                    if (e.has_progress()) ts.push_back(e.progress().t());
+                  }),
+              IsOk());
+  EXPECT_LE(ts.size(), 4u);
 }
 
 // The staged entries name at most kMaxStagedInstances instances in all: an empty selector names

@@ -385,6 +385,7 @@ SweepResult Sweeper::Run() {
     }
     Record(t, dist);
     t_free = t;
+    if (options_.on_free_pose) options_.on_free_pose(t);
     if (t >= t_end) break;
     const bool far = dist.near.empty() && dist.min < kInf;
     if (far) {

@@ -131,6 +131,9 @@ struct SweepOptions {
   /// of a group that another mover blocks go no farther than it. Unblocked, t_last_free is
   /// t_end.
   double t_end = 1.0;
+  /// Called with t after each checked pose of the scan found free, in increasing t (progress
+  /// reports of long sweeps). Optional; it must be cheap and must not throw.
+  std::function<void(double t)> on_free_pose;
 };
 
 /// The outcome of one sweep.
