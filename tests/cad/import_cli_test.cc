@@ -201,6 +201,22 @@ TEST_F(ImportCliTest, ImportErrorsExitOneWithTheStatusCode) {
   EXPECT_THAT(missing.err, StartsWith("clash-import: NOT_FOUND: "));
 }
 
+// A file whose name starts with "--" is imported when it follows "--" (CLI11 ends its options
+// there), and the worker, which gets it as a relative path, reads it as a path too.
+TEST_F(ImportCliTest, AFileNamedLikeAFlagFollowsTheEndOfOptions) {
+  fs::copy_file(step_, dir_ / "--plate.step");
+  const fs::path previous = fs::current_path();
+  fs::current_path(dir_);
+  const CliRun run = Import("--no-cache --json -- --plate.step");
+  fs::current_path(previous);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Json json = Json::parse(run.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(json.is_discarded()) << run.out;
+  EXPECT_EQ(json["file"], "--plate.step");
+  EXPECT_EQ(json["instances"].size(), 3u);
+  EXPECT_EQ(json["report"]["complete"], true);
+}
+
 TEST_F(ImportCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(Import("").exit_code, 2);
   EXPECT_EQ(Import(Quoted(step_) + " --bogus").exit_code, 2);

@@ -239,6 +239,52 @@ TEST_F(IsolatedImportTest, MissingFileIsNotFound) {
               StatusIs(absl::StatusCode::kNotFound, "missing.step"));
 }
 
+// Changes the working folder for one scope.
+class ScopedCwd {
+ public:
+  explicit ScopedCwd(const fs::path& dir) : previous_(fs::current_path()) { fs::current_path(dir); }
+  ~ScopedCwd() {
+    std::error_code ec;
+    fs::current_path(previous_, ec);
+  }
+  ScopedCwd(const ScopedCwd&) = delete;
+  ScopedCwd& operator=(const ScopedCwd&) = delete;
+
+ private:
+  fs::path previous_;
+};
+
+// A relative path that starts with "--" is a path to the worker, not a flag: fresh and pooled
+// workers, meshes and assemblies.
+TEST_F(IsolatedImportTest, PathsThatLookLikeFlagsAreReadAsPaths) {
+  fs::copy_file(box_, data_ / "--box.step");
+  WriteAssemblyStep(data_ / "--kind=mesh");  // also the form of a real flag
+  const absl::StatusOr<MeshBuffers> local = ReadAndTessellate(box_, {});
+  ASSERT_THAT(local, IsOk());
+  const absl::StatusOr<ImportedAssembly> local_assembly = ReadAssembly(data_ / "--kind=mesh", {});
+  ASSERT_THAT(local_assembly, IsOk());
+
+  ScopedCwd cwd(data_);
+  const absl::StatusOr<MeshBuffers> fresh = ImportIsolated("--box.step", {}, Limits());
+  ASSERT_THAT(fresh, IsOk());
+  ExpectSameMesh(*fresh, *local);
+  const absl::StatusOr<ImportedAssembly> assembly =
+      ImportAssemblyIsolated("--kind=mesh", {}, Limits());
+  ASSERT_THAT(assembly, IsOk());
+  ExpectSameAssembly(*assembly, *local_assembly);
+  EXPECT_THAT(ImportIsolated("--missing.step", {}, Limits()),
+              StatusIs(absl::StatusCode::kNotFound, "--missing.step"));
+
+  WorkerPool pool({CLASH_CAD_WORKER_PATH, 1});  // its workers start in data_ too
+  ASSERT_TRUE(pool.WaitUntilFull(std::chrono::seconds(60)));
+  IsolationLimits pooled = Limits();
+  pooled.pool = &pool;
+  const absl::StatusOr<MeshBuffers> from_pool = ImportIsolated("--box.step", {}, pooled);
+  ASSERT_THAT(from_pool, IsOk());
+  ExpectSameMesh(*from_pool, *local);
+  EXPECT_EQ(pool.jobs_dispatched(), 1u);
+}
+
 TEST_F(IsolatedImportTest, BadFilesAreInvalidArgument) {
   WriteBytes(data_ / "empty.step", "");
   std::mt19937 rng(1234);

@@ -4,6 +4,7 @@
 //   clash-import FILE [--no-cache | --cache-dir DIR] [--cache-max-mb M] [--deflection-mm X]
 //                [--relative-deflection X] [--angular-deflection-rad X] [--max-triangles N]
 //                [--timeout-s S] [--memory-mb M] [--strict] [--json]
+//   clash-import [options] -- FILE    (a FILE whose name starts with "-")
 //
 // Exit codes: 0 imported (and, with --strict, nothing lost); 1 import error, or with --strict an
 // incomplete import (the report is still printed; "clash-import: <CODE>: <message>" goes to

@@ -516,13 +516,14 @@ std::optional<Launched> Dispatch(PoolImpl& pool, const IsolationLimits& limits,
   if (prlimit(worker->pid, RLIMIT_AS, &as, nullptr) != 0) return fail();
 #endif
   std::string job;
-  for (const std::string& arg : job_args) {
-    job += arg;
-    job += '\0';
-  }
-  // A fresh worker inherits the caller's environment; a pooled one gets the test hook per job.
+  // A fresh worker inherits the caller's environment; a pooled one gets the test hook per job,
+  // first: after the job's "--" it would be read as a path.
   if (const char* fault = std::getenv("CLASH_WORKER_TEST_FAULT"); fault != nullptr) {
     job += absl::StrCat("--test-fault=", fault);
+    job += '\0';
+  }
+  for (const std::string& arg : job_args) {
+    job += arg;
     job += '\0';
   }
   for (std::size_t sent = 0; sent < job.size();) {
@@ -560,6 +561,7 @@ absl::StatusOr<std::string> RunWorker(const std::string& path, const Tessellatio
   setup.cpu_seconds = static_cast<rlim_t>(std::clamp(std::ceil(limits.cpu_seconds), 1.0, 1e9));
   setup.address_space = static_cast<rlim_t>(limits.address_space_bytes);
   setup.max_output = static_cast<rlim_t>(limits.max_output_bytes);
+  // "--" ends the flags: a relative path may start with "--" like a flag.
   const std::vector<std::string> job_args = {
       absl::StrCat("--kind=", std::string(kind)),
       "--linear-deflection-mm=" + FormatDouble(options.linear_deflection_mm),
@@ -569,6 +571,7 @@ absl::StatusOr<std::string> RunWorker(const std::string& path, const Tessellatio
       absl::StrCat("--parallel=", options.parallel ? 1 : 0),
       absl::StrCat("--max-output-bytes=", limits.max_output_bytes),
       "--temp-dir=" + dir->path(),
+      "--",
       path,
       output_path};
 

@@ -5,8 +5,11 @@
 //   clash-cad-worker [--kind=mesh|assembly] [--linear-deflection-mm=X] [--relative-deflection=X]
 //                    [--angular-deflection-rad=X] [--max-triangles=N] [--parallel=0|1]
 //                    [--max-output-bytes=N] [--temp-dir=DIR] [--test-fault=F]
-//                    <input-path> <output-path>
+//                    [--] <input-path> <output-path>
 //   clash-cad-worker --pool
+//
+// Every argument that starts with "--" is a flag until a lone "--"; the arguments after it are
+// paths, whatever their names (a file may be called "--x.step"). ImportIsolated always passes it.
 //
 // Exit codes: 0 result file written (mesh or error), 64 bad arguments, 74 result not written.
 // Test hook: CLASH_WORKER_TEST_FAULT=crash|hang|spin|oom|garbage|exit (or --test-fault) makes the
@@ -123,10 +126,15 @@ struct Args {
 // Fills `args`; returns kWorkerExitOk or kWorkerExitUsage (after printing why).
 int ParseArgs(int argc, char** argv, Args* args) {
   std::vector<std::string> positional;
+  bool flags_ended = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if (!arg.starts_with("--")) {
+    if (flags_ended || !arg.starts_with("--")) {
       positional.emplace_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      flags_ended = true;
       continue;
     }
     const std::size_t eq = arg.find('=');
