@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <BRepPrimAPI_MakeBox.hxx>
@@ -20,6 +22,8 @@
 #include <future>
 #include <iterator>
 #include <memory>
+#include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -238,6 +242,71 @@ TEST_F(ImportCacheTest, DamagedEntriesAreDetectedAndRebuilt) {
     ASSERT_THAT(hit, IsOk());
     EXPECT_TRUE(hit->has_value());
   }
+}
+
+// An entry file above kMaxImportCacheEntryBytes (here a sparse one) is a miss and is removed,
+// without being read: a load under an address-space limit far below its size still succeeds (an
+// uncapped load allocates the whole file and throws std::bad_alloc).
+TEST_F(ImportCacheTest, AnEntryAboveTheCapIsAMissAndIsNeverReadIntoMemory) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer cannot run under RLIMIT_AS";
+#endif
+  auto cache = ImportCache::Open(dir_.string());
+  ASSERT_THAT(cache, IsOk());
+  const std::string key(64, 'c');
+  const fs::path entry = dir_ / (key + ".clshmesh");
+  std::ofstream(entry) << "CLSHMSH1";
+  fs::resize_file(entry, kMaxImportCacheEntryBytes + 1);
+  ASSERT_EQ(fs::file_size(entry), kMaxImportCacheEntryBytes + 1);
+
+  // In a child process, so that the limit and a failure stay there. Exit codes: 0 a miss,
+  // 1 a hit or an error, 2 std::bad_alloc.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit as{};
+    getrlimit(RLIMIT_AS, &as);
+    std::ifstream status("/proc/self/status");
+    std::size_t vm_kb = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("VmSize:")) vm_kb = std::stoull(line.substr(7));
+    }
+    // What the process maps now, and 512 MiB: a quarter of the entry's size.
+    as.rlim_cur = static_cast<rlim_t>((vm_kb << 10) + (std::size_t{512} << 20));
+    if (vm_kb == 0 || setrlimit(RLIMIT_AS, &as) != 0) _exit(3);
+    try {
+      const absl::StatusOr<std::optional<MeshBuffers>> loaded = cache->Load(key);
+      _exit(loaded.ok() && !loaded->has_value() ? 0 : 1);
+    } catch (const std::bad_alloc&) {
+      _exit(2);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(fs::exists(entry));  // dropped as damage
+}
+
+// Something that cannot be read under an entry's name (here a folder) is dropped as damage, so
+// that the next import can store its entry there.
+TEST_F(ImportCacheTest, AnEntryThatCannotBeReadIsDroppedAndReplaced) {
+  auto cache = ImportCache::Open(dir_.string());
+  ASSERT_THAT(cache, IsOk());
+  auto first = ImportWithCache(sample_, {}, limits_, *cache);
+  ASSERT_THAT(first, IsOk());
+  const fs::path entry = dir_ / (first->key + ".clshmesh");
+  ASSERT_TRUE(fs::remove(entry));
+  ASSERT_TRUE(fs::create_directory(entry));
+  auto loaded = cache->Load(first->key);
+  ASSERT_THAT(loaded, IsOk());
+  EXPECT_FALSE(loaded->has_value());
+  EXPECT_FALSE(fs::exists(entry));
+  auto again = ImportWithCache(sample_, {}, limits_, *cache);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_FALSE(again->from_cache);
+  EXPECT_TRUE(again->stored);
+  EXPECT_TRUE(fs::is_regular_file(entry));
 }
 
 TEST_F(ImportCacheTest, BadKeysFoldersAndFilesGiveClearErrors) {

@@ -13,7 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -32,6 +31,7 @@ namespace clash::cad {
 namespace {
 
 constexpr std::size_t kDigestBytes = 32;
+static_assert(kMaxImportCacheEntryBytes == kDefaultMaxOutputBytes + kDigestBytes);
 
 // The kind of entry that holds a T.
 template <typename T>
@@ -157,11 +157,13 @@ template <typename T>
 absl::StatusOr<std::optional<T>> LoadEntry(const std::string& dir, std::string_view key) {
   if (!IsKey(key)) return absl::InvalidArgumentError("import cache key must be 64 hex digits");
   const std::string path = EntryPath(dir, key, kKindOf<T>);
-  absl::StatusOr<std::string> bytes =
-      internal::ReadEncodedFile(path, std::numeric_limits<std::size_t>::max());
-  if (!bytes.ok()) return std::nullopt;  // a miss
+  // Capped, so that a huge file under an entry's name is never read into memory. Whatever is
+  // there and cannot be loaded (above the cap, not a regular file, a read error) is no entry this
+  // cache wrote whole: it is dropped as damage, and a store puts a good one in its place.
+  absl::StatusOr<std::string> bytes = ReadFileCapped(path, kMaxImportCacheEntryBytes);
+  if (absl::IsNotFound(bytes.status())) return std::nullopt;  // a miss
   // Entry = encoded payload + SHA-256 of it. Anything else is damage: drop the entry.
-  bool ok = bytes->size() > kDigestBytes;
+  bool ok = bytes.ok() && bytes->size() > kDigestBytes;
   std::optional<T> value;
   if (ok) {
     const std::string_view payload(bytes->data(), bytes->size() - kDigestBytes);
@@ -293,6 +295,11 @@ absl::Status ImportCache::StoreBounded(std::string_view key, const T& value) con
   if (!IsKey(key)) return absl::InvalidArgumentError("import cache key must be 64 hex digits");
   const std::string bytes = EncodeEntry(value);
   const std::uint64_t size = bytes.size();
+  if (size > kMaxImportCacheEntryBytes) {  // it would never be loaded
+    return absl::ResourceExhaustedError(
+        absl::StrCat("import cache: an entry of ", size, " bytes is larger than the ",
+                     kMaxImportCacheEntryBytes, " bytes loaded (kMaxImportCacheEntryBytes)"));
+  }
   if (size > options_.max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("import cache: an entry of ", size,
                                                      " bytes is larger than the cache's bound of ",

@@ -89,7 +89,7 @@ template <typename T>
 template <typename T = MeshBuffers>
 [[nodiscard]] absl::StatusOr<T> ParseWorkerOutput(std::string_view bytes, std::size_t max_bytes);
 
-/// Reads a whole file in this format (a worker's result or a cache entry) without trusting it:
+/// Reads a whole worker result file without trusting it:
 /// INTERNAL "malformed worker output: ..." when it is missing, not a regular file, larger than
 /// `max_bytes` or shorter than it claimed.
 [[nodiscard]] absl::StatusOr<std::string> ReadEncodedFile(const std::string& path,

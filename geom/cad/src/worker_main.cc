@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "clash/cad/assembly.h"
+#include "clash/cad/isolated_import.h"
 #include "clash/cad/tessellate.h"
 #include "occt_warm_up.h"
 #include "worker_format.h"
@@ -114,7 +115,7 @@ enum class Kind { kMesh, kAssembly };
 struct Args {
   Kind kind = Kind::kMesh;
   TessellationOptions options;
-  std::size_t max_output_bytes = std::size_t{2} << 30;
+  std::size_t max_output_bytes = clash::cad::kDefaultMaxOutputBytes;
   std::string input;
   std::string output;
   /// Private temp folder (--temp-dir): becomes TMPDIR and holds stderr.txt; empty: unchanged.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -28,6 +29,12 @@ namespace clash::cad {
 /// Version 4: an IGES assembly is one part (its roots' faces sewn together); STEP files with
 /// external references are refused (entries of version 3 could hold other files' geometry).
 inline constexpr int kImportCacheVersion = 4;
+
+/// Largest entry file the cache loads or stores: one worker result, which the worker's default
+/// output cap (kDefaultMaxOutputBytes, 2 GiB) bounds, and its 32-byte SHA-256. A load reads the
+/// whole entry into memory, so a larger file (damage, or another program's) is never read: it
+/// counts as a miss and is removed.
+inline constexpr std::size_t kMaxImportCacheEntryBytes = kDefaultMaxOutputBytes + 32;
 
 /// What an import produced, and so what its cache entry holds.
 enum class ImportKind {
@@ -70,7 +77,8 @@ struct ImportCacheOptions {
 
 /// One folder of entries, one file per key. Entries are written atomically (temporary file,
 /// fsync, rename, fsync of the folder) and carry a SHA-256 of their content, checked on every
-/// load; a damaged entry is removed and counts as a miss. Safe for concurrent use by threads and
+/// load; a damaged entry (also one above kMaxImportCacheEntryBytes, or one that cannot be read)
+/// is removed and counts as a miss. Safe for concurrent use by threads and
 /// processes: a reader sees either a whole entry or none. The size bound holds for the stores
 /// of one ImportCache (and its copies), which run one at a time; another process writing into
 /// the same folder can pass it until the next store.
@@ -81,12 +89,14 @@ class ImportCache {
   [[nodiscard]] static absl::StatusOr<ImportCache> Open(std::string dir,
                                                         ImportCacheOptions options = {});
 
-  /// The mesh entry for `key`, or nullopt on a miss or a damaged entry (which is removed).
+  /// The mesh entry for `key`, or nullopt on a miss or a damaged entry (which is removed; see
+  /// the class comment).
   /// INVALID_ARGUMENT for a key that is not 64 hex digits.
   [[nodiscard]] absl::StatusOr<std::optional<MeshBuffers>> Load(std::string_view key) const;
 
   /// Stores `mesh` under `key`, atomically, within the size bound (see ImportCacheOptions).
-  /// RESOURCE_EXHAUSTED for an entry larger than the bound, the reserve callback's error, or
+  /// RESOURCE_EXHAUSTED for an entry larger than the bound or kMaxImportCacheEntryBytes, the
+  /// reserve callback's error, or
   /// INTERNAL when the folder cannot be written; the entry is not stored then.
   [[nodiscard]] absl::Status Store(std::string_view key, const MeshBuffers& mesh) const;
 

@@ -22,6 +22,10 @@ namespace clash::cad {
 /// Name of the environment variable that can name the worker executable.
 inline constexpr char kWorkerPathEnv[] = "CLASH_CAD_WORKER";
 
+/// Default largest result file of a worker (IsolationLimits::max_output_bytes), 2 GiB: above what
+/// clashd's default triangle cap can need (see its MaxWorkerOutputBytes).
+inline constexpr std::size_t kDefaultMaxOutputBytes = std::size_t{2} << 30;
+
 /// Resource limits for one isolated import.
 struct IsolationLimits {
   /// Worker executable; empty: $CLASH_CAD_WORKER, else clash-cad-worker next to the running
@@ -35,7 +39,7 @@ struct IsolationLimits {
   /// Address-space limit of the worker (RLIMIT_AS); not applied in AddressSanitizer builds.
   std::size_t address_space_bytes = std::size_t{4} << 30;
   /// Largest accepted result file (RLIMIT_FSIZE of the worker and the parser's limit).
-  std::size_t max_output_bytes = std::size_t{2} << 30;
+  std::size_t max_output_bytes = kDefaultMaxOutputBytes;
   /// Folder for the worker's private temp folder; empty: $TMPDIR, else /tmp. A folder the
   /// caller empties at start-up leaves nothing behind even when the caller is killed.
   std::string temp_dir;
