@@ -21,6 +21,7 @@
 #include <Message_Messenger.hxx>
 #include <STEPControl_Controller.hxx>
 #include <STEPControl_Writer.hxx>
+#include <Standard_DomainError.hxx>
 #include <TopExp_Explorer.hxx>
 #include <TopoDS_Compound.hxx>
 #include <TopoDS_Shape.hxx>
@@ -33,10 +34,12 @@
 #include <gp_Trsf.hxx>
 #include <gp_Vec.hxx>
 #include <limits>
+#include <new>
 #include <numbers>
 #include <ostream>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -582,6 +585,40 @@ INSTANTIATE_TEST_SUITE_P(SharedData, RealFileTest,
 // IGES sewing sews the faces that are in no shell and keeps solids and shells as they are: in a
 // file that mixes a solid with a body stored as loose faces, the loose faces close into a solid
 // too (they were left unsewn when any solid was present).
+// An exception while OCCT reads or transfers the file is the file's fault, whatever its type;
+// later, only a Standard_Failure is (OCCT on the file's geometry), anything else may be a bug.
+TEST(StatusFromCurrentException, ReadAndTransferFailuresAreTheFiles) {
+  using internal::Phase;
+  const auto status_of = [](Phase phase, auto thrown) {
+    try {
+      throw thrown;
+    } catch (...) {
+      return internal::StatusFromCurrentException(phase);
+    }
+  };
+  for (Phase phase : {Phase::kRead, Phase::kTransfer}) {
+    SCOPED_TRACE(internal::PhaseName(phase));
+    EXPECT_THAT(status_of(phase, std::out_of_range("vector::_M_range_check")),
+                StatusIs(absl::StatusCode::kInvalidArgument, "unexpected exception"));
+    EXPECT_THAT(status_of(phase, 42),
+                StatusIs(absl::StatusCode::kInvalidArgument, "non-standard exception"));
+  }
+  for (Phase phase : {Phase::kAssemble, Phase::kMesh}) {
+    SCOPED_TRACE(internal::PhaseName(phase));
+    EXPECT_THAT(status_of(phase, std::out_of_range("vector::_M_range_check")),
+                StatusIs(absl::StatusCode::kInternal, "unexpected exception"));
+    EXPECT_THAT(status_of(phase, 42),
+                StatusIs(absl::StatusCode::kInternal, "non-standard exception"));
+  }
+  for (Phase phase : {Phase::kRead, Phase::kTransfer, Phase::kAssemble, Phase::kMesh}) {
+    SCOPED_TRACE(internal::PhaseName(phase));
+    EXPECT_THAT(status_of(phase, Standard_DomainError("bad")),
+                StatusIs(absl::StatusCode::kInvalidArgument, "Standard_DomainError: bad"));
+    EXPECT_THAT(status_of(phase, std::bad_alloc()),
+                StatusIs(absl::StatusCode::kResourceExhausted, "out of memory"));
+  }
+}
+
 TEST(SewLooseFaces, SewsTheLooseFacesBesideSolids) {
   QuietOcct quiet;
   const TopoDS_Shape whole = BRepPrimAPI_MakeBox(10, 10, 10).Shape();

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "assembly_fixtures.h"
 #include "clash/cad/assembly.h"
 #include "clash/cad/tessellate.h"
@@ -193,6 +194,33 @@ TEST(WorkerFormat, RejectsSpecificCorruptions) {
   EXPECT_THAT(malformed(unknown), StatusIs(kInternal, "invalid status code 2"));
   unknown[16] = 0;
   EXPECT_THAT(malformed(unknown), StatusIs(kInternal, "invalid status code 0"));
+}
+
+// Only the codes a worker reports on purpose come through an error record; any other (a code
+// a client would retry on, say) is malformed output.
+TEST(WorkerFormat, ErrorRecordsCarryOnlyTheCodesAWorkerReports) {
+  const std::vector<absl::StatusCode> reported = {
+      absl::StatusCode::kNotFound, absl::StatusCode::kInvalidArgument,
+      absl::StatusCode::kResourceExhausted, absl::StatusCode::kInternal};
+  for (int c = 1; c <= 16; ++c) {
+    const auto code = static_cast<absl::StatusCode>(c);
+    SCOPED_TRACE(absl::StatusCodeToString(code));
+    const absl::Status error(code, "read: something");
+    const bool passed = std::find(reported.begin(), reported.end(), code) != reported.end();
+    EXPECT_EQ(internal::IsWorkerErrorCode(code), passed);
+    const absl::StatusOr<MeshBuffers> mesh =
+        internal::ParseWorkerOutput(internal::EncodeWorkerOutput<MeshBuffers>(error), kNoLimit);
+    const absl::StatusOr<ImportedAssembly> assembly = internal::ParseWorkerOutput<ImportedAssembly>(
+        internal::EncodeWorkerOutput<ImportedAssembly>(error), kNoLimit);
+    if (passed) {
+      EXPECT_EQ(mesh.status(), error);
+      EXPECT_EQ(assembly.status(), error);
+    } else {
+      const std::string why = absl::StrCat("invalid status code ", c);
+      EXPECT_THAT(mesh, StatusIs(kInternal, why));
+      EXPECT_THAT(assembly, StatusIs(kInternal, why));
+    }
+  }
 }
 
 TEST(WorkerFormat, TruncationsAreAlwaysRejected) {

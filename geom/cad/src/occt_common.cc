@@ -100,6 +100,12 @@ absl::StatusOr<double> ChooseDeflection(const TopoDS_Shape& shape,
   return deflection;
 }
 
+// True in the phases where OCCT's STEP/IGES translators parse and translate the file's content:
+// an exception thrown there comes out of reading that content, so it is the file's fault
+// (INVALID_ARGUMENT), as a Standard_Failure is. In the later phases this module's own code runs
+// on what was read, and an exception other than Standard_Failure may be a bug: INTERNAL.
+bool IsParsingTheFile(Phase phase) { return phase == Phase::kRead || phase == Phase::kTransfer; }
+
 }  // namespace
 
 const char* PhaseName(Phase phase) {
@@ -158,8 +164,10 @@ absl::StatusOr<std::string> ReadHead(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;  // ifstream does not promise to set it
-    const std::string message = absl::StrCat("read: cannot open ", path);
-    return error != 0 ? absl::ErrnoToStatus(error, message) : absl::InvalidArgumentError(message);
+    // INVALID_ARGUMENT whatever the errno: a worker reports only the codes IsWorkerErrorCode
+    // names, and absl::ErrnoToStatus would make e.g. EAGAIN a retryable UNAVAILABLE.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "read: cannot open ", path, error != 0 ? absl::StrCat(": ", std::strerror(error)) : ""));
   }
   std::string head(kSniffBytes, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
@@ -387,11 +395,15 @@ absl::Status StatusFromCurrentException(Phase phase) {
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(PhaseName(phase), ": out of memory"));
   } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat(PhaseName(phase), ": unexpected exception: ", e.what()));
+    const std::string message =
+        absl::StrCat(PhaseName(phase), ": unexpected exception: ", e.what());
+    return IsParsingTheFile(phase) ? absl::InvalidArgumentError(message)
+                                   : absl::InternalError(message);
   } catch (...) {
-    return absl::InternalError(
-        absl::StrCat(PhaseName(phase), ": unexpected non-standard exception"));
+    const std::string message =
+        absl::StrCat(PhaseName(phase), ": unexpected non-standard exception");
+    return IsParsingTheFile(phase) ? absl::InvalidArgumentError(message)
+                                   : absl::InternalError(message);
   }
 }
 

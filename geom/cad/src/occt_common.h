@@ -120,8 +120,11 @@ absl::StatusOr<MeshBuffers> MeshLooseFaces(const TopoDS_Shape& shape,
 absl::StatusOr<MeshBuffers> MeshOwnedShape(const TopoDS_Shape& shape,
                                            const TessellationOptions& options);
 
-/// Maps the exception being handled to a Status whose message starts with the phase name. Call
-/// only inside a catch block.
+/// Maps the exception being handled to a Status whose message starts with the phase name:
+/// RESOURCE_EXHAUSTED for Standard_OutOfMemory and std::bad_alloc, INVALID_ARGUMENT for any other
+/// Standard_Failure, and for any other exception in the read and transfer phases (the file's
+/// content caused it), INTERNAL for any other exception in the later phases. Call only inside a
+/// catch block.
 absl::Status StatusFromCurrentException(Phase phase);
 
 /// The one way into OCCT for a file: validates the options, sniffs the format from the file's

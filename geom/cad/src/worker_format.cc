@@ -236,7 +236,7 @@ absl::Status ParseError(ByteReader& in) {
   uint32_t code = 0;
   uint32_t length = 0;
   if (!in.U32(&code) || !in.U32(&length)) return Malformed("truncated error record");
-  if (code == 0 || code == static_cast<uint32_t>(absl::StatusCode::kUnknown) || code > 16) {
+  if (code > 16 || !IsWorkerErrorCode(static_cast<absl::StatusCode>(code))) {
     return Malformed(absl::StrCat("invalid status code ", code, " in error record"));
   }
   if (length > kMaxWorkerMessageBytes) {
@@ -422,6 +422,18 @@ absl::StatusOr<ImportedAssembly> ParseAssembly(ByteReader& in) {
 }
 
 }  // namespace
+
+bool IsWorkerErrorCode(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kInternal:
+      return true;
+    default:
+      return false;
+  }
+}
 
 bool IsValidPlacement(const Placement& placement) {
   for (double r : placement.rotation) {

@@ -4,9 +4,9 @@
 // Layout, all integers and doubles little-endian:
 //   8 bytes magic: "CLSHMSH1" (the payload is one mesh) or "CLSHASM1" (an assembly)
 //   u32 version (1), u32 kind (0 = payload, 1 = error)
-//   error:    u32 absl::StatusCode, u32 message length (<= kMaxWorkerMessageBytes), message bytes
-//             (UTF-8: the writer replaces ill-formed bytes with U+FFFD and cuts on a character
-//             boundary)
+//   error:    u32 absl::StatusCode (one of IsWorkerErrorCode), u32 message length
+//             (<= kMaxWorkerMessageBytes), message bytes (UTF-8: the writer replaces ill-formed
+//             bytes with U+FFFD and cuts on a character boundary)
 //   mesh:     <mesh>
 //   assembly: i32 roots_total, roots_transferred, load_failures, load_warnings, empty_parts;
 //             u32 part count P; u32 instance count I (<= kMaxAssemblyInstances);
@@ -59,6 +59,12 @@ inline constexpr int kWorkerExitUsage = 64;
 /// Exit code of a worker that could not write its result file.
 inline constexpr int kWorkerExitIoError = 74;
 
+/// True for the status codes that a result file's error record may carry: those the readers
+/// return on purpose (tessellate.h, assembly.h), NOT_FOUND, INVALID_ARGUMENT, RESOURCE_EXHAUSTED
+/// and INTERNAL. Any other code is refused as malformed output: passed through, a code such as
+/// UNAVAILABLE or DEADLINE_EXCEEDED would tell a client to retry a file that fails every time.
+[[nodiscard]] bool IsWorkerErrorCode(absl::StatusCode code);
+
 /// True when every rotation entry is finite with |entry| <= kMaxAbsRotationEntry and every
 /// translation is finite with |t| <= kMaxAbsCoordinateMm.
 [[nodiscard]] bool IsValidPlacement(const Placement& placement);
@@ -79,13 +85,13 @@ template <typename T>
 [[nodiscard]] absl::Status WriteWorkerOutput(const std::string& path,
                                              const absl::StatusOr<T>& result);
 
-/// Parses a result file. Returns the payload, the worker's own error status (never OK or
-/// UNKNOWN), or INTERNAL "malformed worker output: ..." when `bytes` breaks any rule of the
-/// format: magic (of the kind T), version, kind, sizes (against bytes.size() and max_bytes),
-/// consistent counts, finite coordinates within kMaxAbsCoordinateMm, indices below the vertex
-/// count, face ids below faces_total, string lengths, strings (names, paths, the error message)
-/// that are well-formed UTF-8, at most kMaxAssemblyInstances instances, part indices below the
-/// part count, valid placements (IsValidPlacement), colours in [0, 1].
+/// Parses a result file. Returns the payload, the worker's own error status (a code for which
+/// IsWorkerErrorCode holds), or INTERNAL "malformed worker output: ..." when `bytes` breaks any
+/// rule of the format: magic (of the kind T), version, kind, error code, sizes (against
+/// bytes.size() and max_bytes), consistent counts, finite coordinates within kMaxAbsCoordinateMm,
+/// indices below the vertex count, face ids below faces_total, string lengths, strings (names,
+/// paths, the error message) that are well-formed UTF-8, at most kMaxAssemblyInstances instances,
+/// part indices below the part count, valid placements (IsValidPlacement), colours in [0, 1].
 template <typename T = MeshBuffers>
 [[nodiscard]] absl::StatusOr<T> ParseWorkerOutput(std::string_view bytes, std::size_t max_bytes);
 

@@ -179,6 +179,12 @@ int ParseArgs(int argc, char** argv, Args* args) {
 template <typename T, typename Read>
 int ImportAndWrite(const Args& args, Read read) {
   absl::StatusOr<T> result = read(args.input, args.options);
+  if (!result.ok() && !internal::IsWorkerErrorCode(result.status().code())) {
+    // The caller refuses any other code as malformed output: this one is a fault of ours, and
+    // keeps its name in the message.
+    result = absl::InternalError(absl::StrCat(absl::StatusCodeToString(result.status().code()),
+                                              ": ", result.status().message()));
+  }
   if (result.ok() && internal::EncodedSize(*result) > args.max_output_bytes) {
     result = absl::ResourceExhaustedError(
         absl::StrCat("mesh: the result of ", internal::EncodedSize(*result),

@@ -54,7 +54,8 @@ struct IsolationLimits {
 
 /// Reads and tessellates the file at `path` like ReadAndTessellate, but in a worker process
 /// (pre-started when `limits.pool` has one idle; used for this call only, then killed).
-/// Errors: the worker's own (NOT_FOUND, INVALID_ARGUMENT naming the phase, RESOURCE_EXHAUSTED);
+/// Errors: the worker's own (NOT_FOUND, INVALID_ARGUMENT naming the phase, RESOURCE_EXHAUSTED,
+/// INTERNAL for a fault of the worker itself; a result file with any other code is malformed);
 /// INVALID_ARGUMENT "import worker crashed (signal N) reading <file>" when a signal killed it;
 /// DEADLINE_EXCEEDED past the wall-clock or CPU limit; RESOURCE_EXHAUSTED past the memory or
 /// output limit; CANCELLED once `*cancel` becomes true (the worker is killed within ~10 ms);
