@@ -65,6 +65,8 @@ absl::Status StoreImportedAssembly(
   report->set_empty_parts(assembly.empty_parts);
   report->set_complete(complete.ok());
   if (!complete.ok()) report->add_warnings(std::string(complete.message()));
+  // What the reader left out that is no geometry (colours dropped): said, but no loss.
+  for (const std::string& warning : assembly.warnings) report->add_warnings(warning);
   report->set_from_cache(facts.from_cache);
 
   // 1. Every part built, nothing written.

@@ -335,14 +335,15 @@ inline void ExpectSameMesh(const MeshBuffers& a, const MeshBuffers& b) {
   EXPECT_EQ(a.deflection_mm, b.deflection_mm);
 }
 
-/// Expects two assemblies to be the same: report, parts (names and meshes to the bit) and
-/// instances (paths, names, parts, placements to the bit, colours).
+/// Expects two assemblies to be the same: report (with its warnings), parts (names and meshes to
+/// the bit) and instances (paths, names, parts, placements to the bit, colours).
 inline void ExpectSameAssembly(const ImportedAssembly& a, const ImportedAssembly& b) {
   EXPECT_EQ(a.roots_total, b.roots_total);
   EXPECT_EQ(a.roots_transferred, b.roots_transferred);
   EXPECT_EQ(a.load_failures, b.load_failures);
   EXPECT_EQ(a.load_warnings, b.load_warnings);
   EXPECT_EQ(a.empty_parts, b.empty_parts);
+  EXPECT_EQ(a.warnings, b.warnings);
   ASSERT_EQ(a.parts.size(), b.parts.size());
   for (std::size_t i = 0; i < a.parts.size(); ++i) {
     SCOPED_TRACE(::testing::Message() << "part " << i << " '" << a.parts[i].name << "'");

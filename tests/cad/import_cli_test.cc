@@ -122,6 +122,7 @@ TEST_F(ImportCliTest, JsonDescribesTheTreeAndTheReport) {
   EXPECT_EQ(report["triangles"], triangles);
   EXPECT_EQ(report["complete"], true);
   EXPECT_TRUE(report["incomplete"].is_null());
+  EXPECT_EQ(report["warnings"], Json::array());
 
   EXPECT_EQ(first["cache"]["used"], true);
   EXPECT_EQ(first["cache"]["dir"], cache_.string());

@@ -173,7 +173,8 @@ TEST(WorkerFormat, RejectsSpecificCorruptions) {
   };
   EXPECT_THAT(malformed(""), StatusIs(kInternal, "bad magic"));
   EXPECT_THAT(malformed(patched(0, "CLSHMSH2")), StatusIs(kInternal, "bad magic"));
-  EXPECT_THAT(malformed(patched(8, std::string("\x02", 1))), StatusIs(kInternal, "version"));
+  // Version 1, before assemblies had warnings: an old cache entry is refused.
+  EXPECT_THAT(malformed(patched(8, std::string("\x01", 1))), StatusIs(kInternal, "version"));
   EXPECT_THAT(malformed(patched(12, std::string("\x07", 1))), StatusIs(kInternal, "kind"));
   // A vertex count near 2^64 must not overflow the size check.
   EXPECT_THAT(malformed(patched(kCounts, std::string(8, '\xff'))),
@@ -306,6 +307,7 @@ ImportedAssembly SmallAssembly() {
   other.placement.translation_mm = {-7, 8.25, 1e6};
   other.color_rgb = std::array<float, 3>{0, 1, 0};
   a.instances = {rotated, plain, other};
+  a.warnings = {"colours dropped: a warning", "caf\xc3\xa9"};
   return a;
 }
 
@@ -341,6 +343,11 @@ void ExpectParsedInvariants(const ImportedAssembly& assembly) {
         ASSERT_LE(c, 1.0f);
       }
     }
+  }
+  ASSERT_LE(assembly.warnings.size(), internal::kMaxWorkerWarnings);
+  for (const std::string& warning : assembly.warnings) {
+    ASSERT_LE(warning.size(), internal::kMaxWorkerStringBytes);
+    ASSERT_TRUE(IsWellFormedUtf8(warning));
   }
 }
 
@@ -548,10 +555,33 @@ TEST(WorkerAssemblyFormat, RejectsSpecificCorruptions) {
   const std::size_t plain_color = plain + 4 + 12 * 8 + 1;
   EXPECT_THAT(ParseAssembly(Patched(good, plain_color, 0.5f)),
               StatusIs(kInternal, "colour out of range"));
+  // Warnings, which end the file: a count above the cap or the bytes left, a warning that is not
+  // UTF-8.
+  const std::size_t warnings = good.find("colours dropped: a warning") - 4 - 4;
+  EXPECT_THAT(ParseAssembly(Patched(good, warnings, uint32_t{3})),
+              StatusIs(kInternal, "truncated warning"));
+  EXPECT_THAT(ParseAssembly(Patched(good, warnings, uint32_t{0xffffffff})),
+              StatusIs(kInternal, "4294967295 warnings exceed the cap of 16"));
+  EXPECT_THAT(ParseAssembly(Patched(good, good.size() - 1, uint8_t{0xff})),
+              StatusIs(kInternal, "warning is not valid UTF-8"));
   // Sizes.
   EXPECT_THAT(ParseAssembly(good + "x"), StatusIs(kInternal, "trailing bytes"));
   EXPECT_THAT(internal::ParseWorkerOutput<ImportedAssembly>(good, good.size() - 1),
               StatusIs(kInternal, "exceed the limit"));
+}
+
+TEST(WorkerAssemblyFormat, WarningsPastTheCapAreLeftOutWhenEncoding) {
+  ImportedAssembly assembly = SmallAssembly();
+  assembly.warnings.clear();
+  for (std::size_t i = 0; i < internal::kMaxWorkerWarnings + 3; ++i) {
+    assembly.warnings.push_back(absl::StrCat("warning ", i));
+  }
+  const std::string bytes = internal::EncodeWorkerOutput<ImportedAssembly>(assembly);
+  EXPECT_EQ(bytes.size(), internal::EncodedSize(assembly));
+  const absl::StatusOr<ImportedAssembly> parsed = ParseAssembly(bytes);
+  ASSERT_THAT(parsed, IsOk());
+  assembly.warnings.resize(internal::kMaxWorkerWarnings);
+  EXPECT_EQ(parsed->warnings, assembly.warnings);
 }
 
 TEST(WorkerAssemblyFormat, TruncationsAreAlwaysRejected) {

@@ -217,6 +217,20 @@ TEST_F(ImportStoreTest, AStrictImportRefusedForAMirroredInstanceStoresNothing) {
   EXPECT_EQ(IdsAfterReopen().size(), 2u);
 }
 
+// What the reader left out that is no geometry (its warnings, e.g. colours dropped) reaches the
+// report's warnings, and is no loss: the import stays complete, also when strict.
+TEST_F(ImportStoreTest, TheReadersWarningsReachTheReportAndAreNoLoss) {
+  cad::ImportedAssembly a = BlockAndTwoPins();
+  a.warnings = {"colours dropped: the file's transfer failed with its colours"};
+  v1::ImportCadResponse r;
+  ASSERT_THAT(Store(a, /*strict=*/true, &r), IsOk());
+  EXPECT_TRUE(r.assembly().report().complete());
+  EXPECT_THAT(
+      r.assembly().report().warnings(),
+      ::testing::ElementsAre("colours dropped: the file's transfer failed with its colours"));
+  EXPECT_EQ(r.assembly().instances_size(), 3);
+}
+
 TEST_F(ImportStoreTest, AStrictImportRefusedForADegeneratePartStoresNothing) {
   cad::ImportedAssembly a;
   a.roots_total = a.roots_transferred = 1;

@@ -185,6 +185,9 @@ void PrintText(const Flags& flags, const Outcome& outcome, const absl::Status& c
   }
   std::cout << "\n  complete           "
             << (complete.ok() ? "yes" : absl::StrCat("no: ", complete.message())) << "\n";
+  for (const std::string& warning : a.warnings) {
+    std::cout << "  warning            " << warning << "\n";
+  }
 }
 
 void PrintJson(const Flags& flags, const Outcome& outcome, const absl::Status& complete) {
@@ -223,7 +226,8 @@ void PrintJson(const Flags& flags, const Outcome& outcome, const absl::Status& c
         {"empty_parts", a.empty_parts},
         {"triangles", triangles},
         {"complete", complete.ok()},
-        {"incomplete", complete.ok() ? Json(nullptr) : Json(std::string(complete.message()))}}},
+        {"incomplete", complete.ok() ? Json(nullptr) : Json(std::string(complete.message()))},
+        {"warnings", a.warnings}}},
       {"cache",
        {{"used", outcome.cache_used},
         {"dir", outcome.cache_used ? Json(outcome.cache_dir) : Json(nullptr)},

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cerrno>
@@ -33,6 +34,8 @@ constexpr std::size_t kBytesPerVertex = 3 * 8;
 constexpr std::size_t kBytesPerTriangle = 3 * 4 + 4;
 // 5 x i32 + 2 x u32
 constexpr std::size_t kAssemblyHeaderBytes = 5 * 4 + 2 * 4;
+// The warning count that ends an assembly.
+constexpr std::size_t kWarningCountBytes = 4;
 // An empty name, the mesh length and an empty mesh.
 constexpr std::size_t kMinPartBytes = 4 + 8 + kMeshHeaderBytes;
 // Everything but the two strings: part, rotation, translation, colour flag, colour.
@@ -101,6 +104,11 @@ std::string_view Stored(const std::string& s) { return Utf8Prefix(s, kMaxWorkerS
 
 std::size_t StringBytes(const std::string& s) { return 4 + Stored(s).size(); }
 
+// The warnings of `assembly` that are stored: the first kMaxWorkerWarnings.
+std::size_t StoredWarnings(const ImportedAssembly& assembly) {
+  return std::min(assembly.warnings.size(), kMaxWorkerWarnings);
+}
+
 void EncodeString(const std::string& s, ByteWriter& out) {
   const std::string_view stored = Stored(s);
   out.U32(static_cast<uint32_t>(stored.size()));
@@ -144,6 +152,10 @@ void EncodePayload(const ImportedAssembly& assembly, ByteWriter& out) {
     for (double t : instance.placement.translation_mm) out.F64(t);
     out.U8(instance.color_rgb.has_value() ? 1 : 0);
     for (float c : instance.color_rgb.value_or(std::array<float, 3>{})) out.F32(c);
+  }
+  out.U32(static_cast<uint32_t>(StoredWarnings(assembly)));
+  for (std::size_t i = 0; i < StoredWarnings(assembly); ++i) {
+    EncodeString(assembly.warnings[i], out);
   }
 }
 
@@ -397,7 +409,7 @@ absl::StatusOr<ImportedAssembly> ParseAssembly(ByteReader& in) {
   // Check the counts against the smallest record sizes before reserving anything.
   const std::size_t left = in.remaining();
   if (part_count > left / kMinPartBytes || instance_count > left / kMinInstanceBytes ||
-      part_count * kMinPartBytes + instance_count * kMinInstanceBytes > left) {
+      part_count * kMinPartBytes + instance_count * kMinInstanceBytes + kWarningCountBytes > left) {
     return Malformed(absl::StrCat(part_count, " parts and ", instance_count,
                                   " instances do not fit the ", left, " bytes left"));
   }
@@ -416,6 +428,16 @@ absl::StatusOr<ImportedAssembly> ParseAssembly(ByteReader& in) {
     absl::StatusOr<AssemblyInstance> instance = ParseInstance(in, part_count);
     if (!instance.ok()) return instance.status();
     assembly.instances.push_back(*std::move(instance));
+  }
+  uint32_t warning_count = 0;
+  if (!in.U32(&warning_count)) return Malformed("truncated warning count");
+  if (warning_count > kMaxWorkerWarnings) {
+    return Malformed(absl::StrCat(warning_count, " warnings exceed the cap of ", kMaxWorkerWarnings,
+                                  " (kMaxWorkerWarnings)"));
+  }
+  assembly.warnings.resize(warning_count);
+  for (std::string& warning : assembly.warnings) {
+    if (absl::Status s = ParseString(in, "warning", &warning); !s.ok()) return s;
   }
   if (in.remaining() != 0) return Malformed("trailing bytes");
   return assembly;
@@ -458,6 +480,10 @@ std::size_t EncodedSize(const ImportedAssembly& assembly) {
   }
   for (const AssemblyInstance& instance : assembly.instances) {
     size += StringBytes(instance.path) + StringBytes(instance.name) + kInstanceFixedBytes;
+  }
+  size += kWarningCountBytes;
+  for (std::size_t i = 0; i < StoredWarnings(assembly); ++i) {
+    size += StringBytes(assembly.warnings[i]);
   }
   return size;
 }

@@ -3,7 +3,7 @@
 //
 // Layout, all integers and doubles little-endian:
 //   8 bytes magic: "CLSHMSH1" (the payload is one mesh) or "CLSHASM1" (an assembly)
-//   u32 version (1), u32 kind (0 = payload, 1 = error)
+//   u32 version (2), u32 kind (0 = payload, 1 = error)
 //   error:    u32 absl::StatusCode (one of IsWorkerErrorCode), u32 message length
 //             (<= kMaxWorkerMessageBytes), message bytes (UTF-8: the writer replaces ill-formed
 //             bytes with U+FFFD and cuts on a character boundary)
@@ -14,6 +14,7 @@
 //             I x { <string> path; <string> name; u32 part (< P); f64 rotation[9] (row-major);
 //                   f64 translation_mm[3]; u8 has_color (0 or 1); f32 rgb[3] (in [0, 1]; all 0
 //                   when has_color is 0) }
+//             u32 warning count W (<= kMaxWorkerWarnings); W x <string> warning
 //   <mesh>:   i32 faces_total, faces_meshed, faces_reversed, roots_total, roots_transferred,
 //             load_failures, load_warnings; f64 deflection_mm; u64 vertex count V; u64 triangle
 //             count T; f64 xyz[3V]; u32 triangles[3T]; u32 face_ids[T]
@@ -40,12 +41,17 @@ namespace clash::cad::internal {
 inline constexpr std::string_view kWorkerOutputMagic = "CLSHMSH1";
 /// The first 8 bytes of a file whose payload is an assembly.
 inline constexpr std::string_view kAssemblyOutputMagic = "CLSHASM1";
-/// The only format version written and read (of both kinds of file).
-inline constexpr uint32_t kWorkerOutputVersion = 1;
+/// The only format version written and read (of both kinds of file). Version 2: assemblies end
+/// with their warnings. An import cache entry of an older version fails to parse, so it is
+/// dropped and imported again under the same key.
+inline constexpr uint32_t kWorkerOutputVersion = 2;
 /// Longest error message accepted from a worker.
 inline constexpr std::size_t kMaxWorkerMessageBytes = 64 * 1024;
-/// Longest part name, instance path or instance name accepted from a worker.
+/// Longest part name, instance path, instance name or warning accepted from a worker.
 inline constexpr std::size_t kMaxWorkerStringBytes = 64 * 1024;
+/// Most warnings of an assembly a result holds; the encoder keeps the first ones (ReadAssembly
+/// gives at most two).
+inline constexpr std::size_t kMaxWorkerWarnings = 16;
 /// Largest accepted |coordinate| or |translation| in mm (a million km; finite values beyond it
 /// are corrupt).
 inline constexpr double kMaxAbsCoordinateMm = 1e12;
@@ -90,8 +96,9 @@ template <typename T>
 /// rule of the format: magic (of the kind T), version, kind, error code, sizes (against
 /// bytes.size() and max_bytes), consistent counts, finite coordinates within kMaxAbsCoordinateMm,
 /// indices below the vertex count, face ids below faces_total, string lengths, strings (names,
-/// paths, the error message) that are well-formed UTF-8, at most kMaxAssemblyInstances instances,
-/// part indices below the part count, valid placements (IsValidPlacement), colours in [0, 1].
+/// paths, warnings, the error message) that are well-formed UTF-8, at most kMaxAssemblyInstances
+/// instances and kMaxWorkerWarnings warnings, part indices below the part count, valid placements
+/// (IsValidPlacement), colours in [0, 1].
 template <typename T = MeshBuffers>
 [[nodiscard]] absl::StatusOr<T> ParseWorkerOutput(std::string_view bytes, std::size_t max_bytes);
 

@@ -78,6 +78,9 @@ struct ImportedAssembly {
   int load_warnings = 0;
   /// Part definitions without faces, left out of parts (with their instances).
   int empty_parts = 0;
+  /// What the import left out that is no geometry (so CheckImportComplete does not count it), one
+  /// human-readable line each, e.g. colours dropped; clashd adds them to ImportReport.warnings.
+  std::vector<std::string> warnings;
 };
 
 /// Reads the STEP or IGES file at `path` (format sniffed from its content) as an assembly tree and
