@@ -263,6 +263,34 @@ inline void CheckGeneratedAssembly(const ImportedAssembly& assembly) {
   EXPECT_FALSE(bolt1.color_rgb.has_value());
 }
 
+/// The size of the box WriteColouredBoxStep writes, in mm.
+constexpr double kColouredBox[3] = {10, 20, 30};
+
+/// Writes a box part "box" of kColouredBox, coloured (0.25, 0.5, 0.75) in linear RGB, to STEP, then
+/// replaces the first component of its COLOUR_RGB with the text `red` (e.g. "-0.5"), unless
+/// `red` is empty. OCCT writes that colour as one COLOUR_RGB('',r,g,b) entity (black, white and
+/// the primaries would be DRAUGHTING_PRE_DEFINED_COLOURs instead).
+inline void WriteColouredBoxStep(const std::filesystem::path& path, const std::string& red) {
+  WriteXcafStep(
+      path, [](const Handle(XCAFDoc_ShapeTool) & shapes, const Handle(XCAFDoc_ColorTool) & colors) {
+        const TDF_Label box = shapes->AddShape(
+            BRepPrimAPI_MakeBox(kColouredBox[0], kColouredBox[1], kColouredBox[2]).Shape(), false);
+        TDataStd_Name::Set(box, "box");
+        colors->SetColor(box, Quantity_Color(0.25, 0.5, 0.75, Quantity_TOC_RGB), XCAFDoc_ColorSurf);
+      });
+  if (red.empty()) return;
+  std::string text = ReadBytes(path);
+  const std::string entity = "COLOUR_RGB('',";
+  const std::size_t first = text.find(entity);
+  ASSERT_NE(first, std::string::npos) << "no COLOUR_RGB in\n" << text;
+  ASSERT_EQ(text.find(entity, first + 1), std::string::npos) << "more than one COLOUR_RGB";
+  const std::size_t begin = first + entity.size();
+  const std::size_t end = text.find(',', begin);
+  ASSERT_NE(end, std::string::npos);
+  text.replace(begin, end - begin, red);
+  WriteBytes(path, text);
+}
+
 /// A scratch folder `dir_` holding the generated assembly as `step_` (in mm).
 class GeneratedAssemblyTest : public ScratchDirTest {
  protected:

@@ -72,6 +72,62 @@ TEST_F(AssemblyTest, GeneratedAssemblyHasKnownPartsPathsAndPlacements) {
   CheckGeneratedAssembly(*assembly);
 }
 
+// Colours OCCT 7.6 cannot take never cost the geometry. A negative COLOUR_RGB component makes
+// OCCT raise Standard_OutOfRange in the transfer: the file is read again without colours, and a
+// warning says so. A component too large for a double comes out of OCCT as NaN: that colour is
+// left out, with a warning. A component above 1 is no failure: OCCT scales the colour down.
+TEST_F(AssemblyTest, ColoursOcctCannotTakeAreDroppedAndTheGeometryKept) {
+  const fs::path path = dir_ / "coloured.step";
+  const auto expect_box = [](const ImportedAssembly& assembly) {
+    ASSERT_EQ(assembly.parts.size(), 1u);
+    ASSERT_EQ(assembly.instances.size(), 1u);
+    EXPECT_EQ(assembly.parts[0].name, "box");
+    EXPECT_EQ(assembly.instances[0].path, "box");
+    EXPECT_EQ(assembly.parts[0].mesh.faces_meshed, 6);
+    const Box3 box = Box3::FromPoints(
+        {0, 0, 0}, {testing::kColouredBox[0], testing::kColouredBox[1], testing::kColouredBox[2]});
+    ExpectBoxNear(WorldBox(assembly, assembly.instances[0]), box, 1e-6, "box");
+    EXPECT_THAT(CheckImportComplete(assembly), IsOk());  // colours are no geometry
+  };
+
+  testing::WriteColouredBoxStep(path, "");
+  const absl::StatusOr<ImportedAssembly> intact = ReadAssembly(path, {});
+  ASSERT_THAT(intact, IsOk());
+  expect_box(*intact);
+  ASSERT_TRUE(intact->instances[0].color_rgb.has_value());
+  EXPECT_THAT(intact->warnings, ::testing::IsEmpty());
+
+  testing::WriteColouredBoxStep(path, "-0.5");
+  const absl::StatusOr<ImportedAssembly> negative = ReadAssembly(path, {});
+  ASSERT_THAT(negative, IsOk());
+  expect_box(*negative);
+  EXPECT_FALSE(negative->instances[0].color_rgb.has_value());
+  EXPECT_THAT(negative->warnings, ::testing::ElementsAre(::testing::AllOf(
+                                      ::testing::StartsWith("colours dropped: "),
+                                      HasSubstr("transfer: OCCT raised Standard_OutOfRange"),
+                                      HasSubstr("succeeded without them"))));
+
+  testing::WriteColouredBoxStep(path, "1.E400");
+  const absl::StatusOr<ImportedAssembly> infinite = ReadAssembly(path, {});
+  ASSERT_THAT(infinite, IsOk());
+  expect_box(*infinite);
+  EXPECT_FALSE(infinite->instances[0].color_rgb.has_value());
+  EXPECT_THAT(
+      infinite->warnings,
+      ::testing::ElementsAre("1 colour of the file left out: not finite sRGB values in [0, 1]"));
+
+  testing::WriteColouredBoxStep(path, "2.5");
+  const absl::StatusOr<ImportedAssembly> above = ReadAssembly(path, {});
+  ASSERT_THAT(above, IsOk());
+  expect_box(*above);
+  ASSERT_TRUE(above->instances[0].color_rgb.has_value());
+  for (float c : *above->instances[0].color_rgb) {
+    EXPECT_GE(c, 0);
+    EXPECT_LE(c, 1);
+  }
+  EXPECT_THAT(above->warnings, ::testing::IsEmpty());
+}
+
 TEST_F(AssemblyTest, AssemblyInMetresComesBackInMillimetres) {
   // Both the part geometry and the placements' translations are converted to mm.
   const fs::path path = dir_ / "plate_bolts_m.step";

@@ -397,6 +397,22 @@ TEST_F(IsolatedImportTest, GeneratedAssemblyEqualsInProcessRead) {
   EXPECT_THAT(CheckImportComplete(*isolated), IsOk());
 }
 
+// Colours OCCT cannot take (see AssemblyTest.ColoursOcctCannotTakeAreDroppedAndTheGeometryKept)
+// come through the worker as in this process: the geometry, no colour, and the warning.
+TEST_F(IsolatedImportTest, DroppedColoursAndTheirWarningsComeThroughTheWorker) {
+  const fs::path path = data_ / "coloured.step";
+  for (const char* red : {"-0.5", "1.E400"}) {
+    SCOPED_TRACE(red);
+    testing::WriteColouredBoxStep(path, red);
+    const absl::StatusOr<ImportedAssembly> local = ReadAssembly(path, {});
+    ASSERT_THAT(local, IsOk());
+    ASSERT_EQ(local->warnings.size(), 1u);
+    const absl::StatusOr<ImportedAssembly> isolated = ImportAssemblyIsolated(path, {}, Limits());
+    ASSERT_THAT(isolated, IsOk());
+    ExpectSameAssembly(*isolated, *local);
+  }
+}
+
 TEST_F(IsolatedImportTest, AssemblyOptionsReachTheWorker) {
   const fs::path path = data_ / "plate_bolts.step";
   WriteAssemblyStep(path, "M");

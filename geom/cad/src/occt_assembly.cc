@@ -17,6 +17,12 @@
 // - STEPCAFControl_Reader::Transfer reads every file a STEP file refers to (external references)
 //   from the host's file system: such files are refused before transfer
 //   (internal::RefuseExternalReferences).
+// - OCCT decodes a file's colours inside Transfer, and a colour it cannot take fails the whole
+//   transfer: in OCCT 7.6 a STEP COLOUR_RGB with a negative component raises Standard_OutOfRange
+//   ("Color out"; a component above 1 is scaled down instead), and one too large for a double
+//   comes out as NaN. Colours are not worth the geometry: such a transfer is done again, with a
+//   fresh reader and document, without colours, and a colour that is not finite in [0, 1] is left
+//   out; both are said in the import's warnings (ImportTransferred, ColorOf).
 // - IGES has no product structure that IGESCAFControl_Reader turns into an assembly: it makes
 //   every root entity a free shape, and IGES writers commonly store each trimmed surface as its own
 //   root. Parts made root by root would be single faces: sewn alone they never close into shells
@@ -31,6 +37,8 @@
 #include <Quantity_Color.hxx>
 #include <STEPCAFControl_Reader.hxx>
 #include <STEPControl_Reader.hxx>
+#include <Standard_Failure.hxx>
+#include <Standard_OutOfMemory.hxx>
 #include <TCollection_AsciiString.hxx>
 #include <TCollection_ExtendedString.hxx>
 #include <TDF_Label.hxx>
@@ -114,12 +122,14 @@ struct TransferReport {
 };
 
 // Reads `path` with an XCAF reader into `doc`. `base` is the reader's plain STEP/IGES reader.
+// Colours are read when `colors` is true.
 template <typename CafReader, typename BaseReader>
 absl::StatusOr<TransferReport> TransferInto(CafReader& reader, BaseReader& base,
                                             const std::string& path, const char* format,
-                                            const Handle(TDocStd_Document) & doc, Phase* phase) {
+                                            bool colors, const Handle(TDocStd_Document) & doc,
+                                            Phase* phase) {
   reader.SetNameMode(Standard_True);
-  reader.SetColorMode(Standard_True);
+  reader.SetColorMode(colors ? Standard_True : Standard_False);
   reader.SetLayerMode(Standard_False);
   // Constructing the reader registered the translator's statics, so the guard can set them now.
   internal::ScopedInterfaceStatic unit("xstep.cascade.unit", "MM");
@@ -180,8 +190,11 @@ std::string OccurrenceNameOf(const TDF_Label& label) {
   return name;
 }
 
-// The label's surface or generic colour as sRGB, if it has one.
-Color ColorOf(const Handle(XCAFDoc_ColorTool) & colors, const TDF_Label& label) {
+// The label's surface or generic colour as sRGB, if it has one. A colour that is not finite in
+// [0, 1] (OCCT makes NaN of a component too large for a double) is left out, and the label's
+// entry added to `*dropped`: the worker's result, and the wire, carry only colours in that range.
+Color ColorOf(const Handle(XCAFDoc_ColorTool) & colors, const TDF_Label& label,
+              std::set<std::string>* dropped) {
   if (colors.IsNull() || label.IsNull()) return std::nullopt;
   Quantity_Color color;
   if (!colors->GetColor(label, XCAFDoc_ColorSurf, color) &&
@@ -190,7 +203,23 @@ Color ColorOf(const Handle(XCAFDoc_ColorTool) & colors, const TDF_Label& label) 
   }
   double r = 0, g = 0, b = 0;
   color.Values(r, g, b, Quantity_TOC_sRGB);
-  return std::array<float, 3>{static_cast<float>(r), static_cast<float>(g), static_cast<float>(b)};
+  const std::array<float, 3> rgb{static_cast<float>(r), static_cast<float>(g),
+                                 static_cast<float>(b)};
+  for (float c : rgb) {
+    if (!(c >= 0 && c <= 1)) {  // NaN too
+      TCollection_AsciiString entry;
+      TDF_Tool::Entry(label, entry);
+      dropped->insert(entry.ToCString());
+      return std::nullopt;
+    }
+  }
+  return rgb;
+}
+
+// The warning for the labels whose colours ColorOf left out (at least one).
+std::string DroppedColorsWarning(const std::set<std::string>& dropped) {
+  return absl::StrCat(dropped.size(), dropped.size() == 1 ? " colour" : " colours",
+                      " of the file left out: not finite sRGB values in [0, 1]");
 }
 
 Placement ToPlacement(const gp_Trsf& trsf) {
@@ -313,8 +342,8 @@ class Walker {
           parent_path.empty() ? segment : absl::StrCat(parent_path, "/", segment);
       gp_Trsf world = parent;
       world.Multiply(node.location.Transformation());
-      Color color = ColorOf(colors_, node.occurrence);
-      if (!color) color = ColorOf(colors_, node.definition);
+      Color color = ColorOf(colors_, node.occurrence, &colors_dropped_);
+      if (!color) color = ColorOf(colors_, node.definition, &colors_dropped_);
       if (!color) color = inherited;
 
       if (parts[i] >= 0) {
@@ -360,6 +389,9 @@ class Walker {
     }
     return absl::OkStatus();
   }
+
+  // The labels whose colours ColorOf left out so far.
+  const std::set<std::string>& colors_dropped() const { return colors_dropped_; }
 
  private:
   // The instances the shape label `definition`, met at nesting `depth`, expands to: 1 for a shape
@@ -434,6 +466,7 @@ class Walker {
   Handle(XCAFDoc_ColorTool) colors_;
   TessellationOptions options_;
   std::size_t triangles_left_;
+  std::set<std::string> colors_dropped_;  // label entries, see ColorOf
   ImportedAssembly* out_;
   std::map<std::string, int> part_of_label_;  // label entry -> part index, -1 for no geometry
   std::map<std::string, uint64_t> instances_of_label_;  // label entry -> InstancesOf
@@ -452,6 +485,7 @@ absl::Status ImportIgesAsOnePart(const Handle(XCAFDoc_ColorTool) & colors,
   std::optional<std::string> name;
   bool names_agree = true;
   std::optional<Color> color;
+  std::set<std::string> colors_dropped;
   for (int i = 1; i <= free_shapes.Length(); ++i) {
     const TDF_Label& label = free_shapes.Value(i);
     const TopoDS_Shape shape = XCAFDoc_ShapeTool::GetShape(label);  // with its location
@@ -463,7 +497,7 @@ absl::Status ImportIgesAsOnePart(const Handle(XCAFDoc_ColorTool) & colors,
     const std::string root_name = NameOf(label);
     if (!name) name = root_name;
     names_agree = names_agree && *name == root_name;
-    const Color root_color = ColorOf(colors, label);
+    const Color root_color = ColorOf(colors, label, &colors_dropped);
     if (!color) color = root_color;
     if (*color != root_color) color = Color();  // they differ: none
   }
@@ -485,36 +519,72 @@ absl::Status ImportIgesAsOnePart(const Handle(XCAFDoc_ColorTool) & colors,
   instance.placement = ToPlacement(gp_Trsf());
   instance.color_rgb = *color;
   out->instances.push_back(std::move(instance));
+  if (!colors_dropped.empty()) out->warnings.push_back(DroppedColorsWarning(colors_dropped));
   return absl::OkStatus();
+}
+
+// Reads and transfers the file into `*document`, a fresh one (with a fresh reader), colours read
+// or not.
+absl::StatusOr<TransferReport> TransferIntoNewDocument(const std::string& path, CadFormat format,
+                                                       bool colors,
+                                                       std::optional<ScopedXcafDocument>* document,
+                                                       Phase* phase) {
+  *phase = Phase::kRead;
+  document->emplace();
+  if ((*document)->doc().IsNull()) {
+    return absl::InternalError("read: OCCT could not create an XCAF document");
+  }
+  if (format == CadFormat::kStep) {
+    STEPCAFControl_Reader reader;
+    return TransferInto(reader, reader.ChangeReader(), path, "STEP", colors, (*document)->doc(),
+                        phase);
+  }
+  IGESCAFControl_Reader reader;
+  return TransferInto(reader, reader, path, "IGES", colors, (*document)->doc(), phase);
+}
+
+// TransferIntoNewDocument with colours; when OCCT raises during that transfer, once more without
+// colours (see the file comment), saying so in `*warnings` when that one succeeds. Running out of
+// memory is not retried.
+absl::StatusOr<TransferReport> ImportTransferred(const std::string& path, CadFormat format,
+                                                 std::optional<ScopedXcafDocument>* document,
+                                                 std::vector<std::string>* warnings, Phase* phase) {
+  absl::Status with_colors;
+  try {
+    return TransferIntoNewDocument(path, format, /*colors=*/true, document, phase);
+  } catch (const Standard_Failure& e) {
+    if (*phase != Phase::kTransfer || e.IsKind(STANDARD_TYPE(Standard_OutOfMemory))) throw;
+    with_colors = internal::StatusFromCurrentException(*phase);
+  }
+  absl::StatusOr<TransferReport> report =
+      TransferIntoNewDocument(path, format, /*colors=*/false, document, phase);
+  if (report.ok()) {
+    warnings->push_back(
+        absl::StrCat("colours dropped: the file's transfer failed with its colours (",
+                     std::string(with_colors.message()),
+                     ") and succeeded without them, so no instance has one"));
+  }
+  return report;
 }
 
 // Read, transfer, walk and mesh; `phase` tracks progress for the exception handler.
 absl::StatusOr<ImportedAssembly> ImportLocked(const std::string& path, CadFormat format,
                                               const TessellationOptions& options, Phase* phase) {
-  *phase = Phase::kRead;
-  ScopedXcafDocument document;
-  if (document.doc().IsNull()) {
-    return absl::InternalError("read: OCCT could not create an XCAF document");
-  }
-  absl::StatusOr<TransferReport> report;
-  if (format == CadFormat::kStep) {
-    STEPCAFControl_Reader reader;
-    report = TransferInto(reader, reader.ChangeReader(), path, "STEP", document.doc(), phase);
-  } else {
-    IGESCAFControl_Reader reader;
-    report = TransferInto(reader, reader, path, "IGES", document.doc(), phase);
-  }
+  std::optional<ScopedXcafDocument> document;
+  ImportedAssembly out;
+  absl::StatusOr<TransferReport> report =
+      ImportTransferred(path, format, &document, &out.warnings, phase);
   if (!report.ok()) return report.status();
 
   *phase = Phase::kAssemble;
-  ImportedAssembly out;
   out.roots_total = report->roots_total;
   out.roots_transferred = report->roots_transferred;
   out.load_failures = report->checks.failures;
   out.load_warnings = report->checks.warnings;
 
-  const Handle(XCAFDoc_ShapeTool) shapes = XCAFDoc_DocumentTool::ShapeTool(document.doc()->Main());
-  const Handle(XCAFDoc_ColorTool) colors = XCAFDoc_DocumentTool::ColorTool(document.doc()->Main());
+  const Handle(TDocStd_Document)& doc = document->doc();
+  const Handle(XCAFDoc_ShapeTool) shapes = XCAFDoc_DocumentTool::ShapeTool(doc->Main());
+  const Handle(XCAFDoc_ColorTool) colors = XCAFDoc_DocumentTool::ColorTool(doc->Main());
   TDF_LabelSequence free_shapes;
   shapes->GetFreeShapes(free_shapes);
   if (free_shapes.IsEmpty()) {
@@ -548,6 +618,9 @@ absl::StatusOr<ImportedAssembly> ImportLocked(const std::string& path, CadFormat
   if (absl::Status status = walker.VisitSiblings(roots, gp_Trsf(), "", std::nullopt, 0);
       !status.ok()) {
     return status;
+  }
+  if (!walker.colors_dropped().empty()) {
+    out.warnings.push_back(DroppedColorsWarning(walker.colors_dropped()));
   }
   if (out.parts.empty() || out.instances.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

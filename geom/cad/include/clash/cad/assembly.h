@@ -88,7 +88,11 @@ struct ImportedAssembly {
 /// bounding box, and max_triangles caps the sum over parts. An IGES file, which has no product
 /// structure, is one part (its roots' faces sewn together, as ReadAndTessellate meshes them) with
 /// one instance at the identity. A STEP file that refers to other files (external references) is
-/// refused: OCCT would read them from anywhere on the host. Errors: NOT_FOUND (no such file),
+/// refused: OCCT would read them from anywhere on the host. Colours the file has are kept, but
+/// never at the cost of the geometry: when OCCT fails transferring the file with its colours (a
+/// STEP COLOUR_RGB with a negative component raises Standard_OutOfRange in OCCT 7.6), the file is
+/// read again without any, and a colour that comes out of OCCT not finite in [0, 1] is left out;
+/// either is said in `warnings`. Errors: NOT_FOUND (no such file),
 /// INVALID_ARGUMENT (bad options, external references, a file that cannot be read or transferred,
 /// no part with geometry, or a part that cannot be meshed; the message names the phase),
 /// RESOURCE_EXHAUSTED (above max_triangles, more than kMaxAssemblyInstances instances, or out of
