@@ -309,9 +309,22 @@ class FakeQueries final : public v1::QueryService::Service {
 class FakeSequences final : public v1::SequenceService::Service {
  public:
   explicit FakeSequences(Record* r) : r_(r) {}
-  grpc::Status ValidateSequence(grpc::ServerContext*, const v1::ValidateSequenceRequest*,
-                                grpc::ServerWriter<v1::ValidateSequenceEvent>*) override {
-    return NotFaked(r_);
+  // Scene "partial": one step's result (blocked), then the deadline passes.
+  grpc::Status ValidateSequence(grpc::ServerContext*, const v1::ValidateSequenceRequest* request,
+                                grpc::ServerWriter<v1::ValidateSequenceEvent>* writer) override {
+    if (request->scene_id() != "partial") return NotFaked(r_);
+    {
+      std::lock_guard lock(r_->mu);
+      ++r_->calls;
+    }
+    v1::ValidateSequenceEvent e;
+    v1::StepResult* step = e.mutable_step();
+    step->set_step_index(0);
+    step->set_name("insert <pin>");
+    step->set_blocked_t(0.25);
+    step->add_blockers()->set_path("as1/plate");
+    writer->Write(e);
+    return {grpc::StatusCode::DEADLINE_EXCEEDED, "the sequence ran past its deadline"};
   }
 
  private:
@@ -568,6 +581,32 @@ TEST_F(ClashctlCli, AFailedCallReplacesTheJunitReportWithItsError) {
   EXPECT_THAT(xml, Not(HasSubstr("old")));
   EXPECT_THAT(xml, HasSubstr("<testsuite name=\"sequence s42\""));
   EXPECT_THAT(xml, HasSubstr("<error type=\"UNIMPLEMENTED\""));
+}
+
+// A sequence whose call fails part-way keeps the steps that came before the failure: the table
+// shows them, --json lists them with the error, and the --junit report has them beside a case
+// in error (before, all of it was thrown away for the error alone).
+TEST_F(ClashctlCli, AValidationThatFailsPartWayReportsTheStepsRun) {
+  const std::string junit = TempPath("clashctl_cli_partial.xml");
+  const std::string sequence = TempPath("clashctl_cli_partial.json");
+  std::ofstream(sequence, std::ios::trunc) << "{}";
+  const Result table = Cli({"validate", "partial", sequence, "--junit", junit});
+  EXPECT_EQ(table.code, kExitError);
+  EXPECT_THAT(table.out, HasSubstr("insert <pin>"));
+  EXPECT_THAT(table.out, HasSubstr("BLOCKED     0.2500"));
+  EXPECT_THAT(table.err, HasSubstr("DEADLINE_EXCEEDED: the sequence ran past its deadline"));
+  const std::string xml = ReadText(junit);
+  EXPECT_THAT(xml, HasSubstr("<testsuite name=\"sequence partial\" tests=\"2\" failures=\"1\" "
+                             "errors=\"1\">"));
+  EXPECT_THAT(xml, HasSubstr("name=\"1 insert &lt;pin&gt;\""));
+  EXPECT_THAT(xml, HasSubstr("<failure message=\"blocked at t=0.25\">as1/plate"));
+  EXPECT_THAT(xml, HasSubstr("<error type=\"DEADLINE_EXCEEDED\""));
+  const Result json = Cli({"--json", "validate", "partial", sequence});
+  EXPECT_EQ(json.code, kExitError);
+  const auto doc = nlohmann::json::parse(json.out);
+  ASSERT_EQ(doc["steps"].size(), 1u);
+  EXPECT_EQ(doc["steps"][0]["name"], "insert <pin>");
+  EXPECT_THAT(doc["error"].get<std::string>(), HasSubstr("DEADLINE_EXCEEDED"));
 }
 
 // Once the command line names the --junit file, a failure before the call (a bad argument, an

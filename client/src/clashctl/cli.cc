@@ -651,14 +651,32 @@ int RunValidate(Session& s, const ValidateArgs& a) {
   if (a.profile) request.set_clearance_profile(true);
   if (a.free_directions) request.set_free_directions(true);
   const bool bar = s.progress() && s.err_is_tty();
+  std::vector<v1::StepResult> received;  // what a call that fails part-way still reports
   auto report = s.client().ValidateSequence(request, [&](const v1::ValidateSequenceEvent& e) {
+    if (e.has_step()) received.push_back(e.step());
     if (!bar || !e.has_progress()) return;
     const v1::SequenceProgress& p = e.progress();
     s.err() << absl::StrFormat("\rstep %d/%d  t=%.3f   ", p.step_index() + 1, p.step_count(), p.t())
             << std::flush;
   });
   if (bar) s.err() << "\r" << std::string(40, ' ') << "\r" << std::flush;
-  if (!report.ok()) return s.Failed(report.status());  // also the --junit report
+  if (!report.ok() && !received.empty()) {
+    // The steps run before the failure (a deadline in step 40 of 50, say) are results too:
+    // shown, and in the --junit report beside the error, instead of being thrown away.
+    if (s.json()) {
+      nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+      for (const v1::StepResult& step : received) steps.push_back(ToJsonValue(step));
+      s.out() << DumpJson(nlohmann::ordered_json{{"steps", steps},
+                                                 {"error", ErrorLine(report.status())}})
+              << "\n";
+    } else if (s.human()) {
+      s.out() << FormatSequenceSteps(received, request.tolerances());
+    }
+    if (!s.WriteJunit(a.junit, SequenceJunitPartialReport(a.scene, received, report.status()))) {
+      return kExitUsage;
+    }
+  }
+  if (!report.ok()) return s.Failed(report.status());  // also the --junit report, if none yet
   if (s.json()) {
     nlohmann::ordered_json steps = nlohmann::ordered_json::array();
     for (const v1::StepResult& step : report->steps) steps.push_back(ToJsonValue(step));

@@ -641,8 +641,8 @@ std::string StepProblem(const v1::StepResult& step) {
 
 }  // namespace
 
-std::string FormatSequence(const std::vector<v1::StepResult>& steps,
-                           const v1::SequenceSummary& summary) {
+std::string FormatSequenceSteps(const std::vector<v1::StepResult>& steps,
+                                const v1::Tolerances& requested) {
   std::string out = absl::StrFormat("%-4s %-28s %-8s %9s %9s %12s  %s\n", "#", "step", "result",
                                     "blocked t", "contact t", "clearance mm", "blocking / closest");
   for (const v1::StepResult& step : steps) {
@@ -661,8 +661,8 @@ std::string FormatSequence(const std::vector<v1::StepResult>& steps,
         WithoutControls(step.ok() ? step.min_clearance_path() : StepProblem(step)));
     // A contact tolerance below 1e-9 of a mover's travel is raised to it (rounding): say so,
     // or a step moved 1e12 mm would read as checked at the requested tolerance.
-    if (summary.tolerances().has_contact_tolerance_mm() &&
-        step.contact_tolerance_mm() > summary.tolerances().contact_tolerance_mm()) {
+    if (requested.has_contact_tolerance_mm() &&
+        step.contact_tolerance_mm() > requested.contact_tolerance_mm()) {
       absl::StrAppendFormat(&out,
                             "       contact tolerance raised to %.6g mm (1e-9 of the mover's "
                             "size or travel)\n",
@@ -680,6 +680,12 @@ std::string FormatSequence(const std::vector<v1::StepResult>& steps,
                             d.distance_mm());
     }
   }
+  return out;
+}
+
+std::string FormatSequence(const std::vector<v1::StepResult>& steps,
+                           const v1::SequenceSummary& summary) {
+  std::string out = FormatSequenceSteps(steps, summary.tolerances());
   absl::StrAppendFormat(
       &out,
       "%d steps: %d ok, %d blocked, %d not run; first blocked: %s; contact "
@@ -706,8 +712,10 @@ std::string JunitErrorReport(std::string_view suite_name, const absl::Status& st
       "    </testcase>\n  </testsuite>\n</testsuites>\n");
 }
 
-std::string SequenceJunitReport(std::string_view scene_id, const std::vector<v1::StepResult>& steps,
-                                const v1::SequenceSummary& summary) {
+namespace {
+
+// One JUnit testcase per step run: failing when blocked or undecided.
+std::string StepCases(const std::vector<v1::StepResult>& steps) {
   std::string cases;
   for (const v1::StepResult& step : steps) {
     absl::StrAppend(&cases, "    <testcase classname=\"sequence\" name=\"",
@@ -721,6 +729,19 @@ std::string SequenceJunitReport(std::string_view scene_id, const std::vector<v1:
                       "\">", XmlEscape(StepProblem(step)), "</failure>\n    </testcase>\n");
     }
   }
+  return cases;
+}
+
+int NotOk(const std::vector<v1::StepResult>& steps) {
+  return static_cast<int>(
+      std::count_if(steps.begin(), steps.end(), [](const v1::StepResult& r) { return !r.ok(); }));
+}
+
+}  // namespace
+
+std::string SequenceJunitReport(std::string_view scene_id, const std::vector<v1::StepResult>& steps,
+                                const v1::SequenceSummary& summary) {
+  std::string cases = StepCases(steps);
   for (int i = static_cast<int>(steps.size()); i < summary.steps(); ++i) {
     absl::StrAppend(&cases, "    <testcase classname=\"sequence\" name=\"step ", i + 1,
                     "\">\n      <skipped message=\"not run after a blocked step\"/>\n"
@@ -731,6 +752,18 @@ std::string SequenceJunitReport(std::string_view scene_id, const std::vector<v1:
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"", suite,
       "\" tests=\"", summary.steps(), "\" failures=\"", summary.steps_blocked(), "\" skipped=\"",
       summary.steps_skipped(), "\">\n", cases, "  </testsuite>\n</testsuites>\n");
+}
+
+std::string SequenceJunitPartialReport(std::string_view scene_id,
+                                       const std::vector<v1::StepResult>& steps,
+                                       const absl::Status& status) {
+  const std::string suite = XmlEscape(absl::StrCat("sequence ", std::string(scene_id)));
+  return absl::StrCat(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"", suite,
+      "\" tests=\"", steps.size() + 1, "\" failures=\"", NotOk(steps), "\" errors=\"1\">\n",
+      StepCases(steps), "    <testcase classname=\"clashctl\" name=\"call\">\n      <error type=\"",
+      absl::StatusCodeToString(status.code()), "\" message=\"", XmlEscape(ErrorLine(status)),
+      "\"/>\n    </testcase>\n  </testsuite>\n</testsuites>\n");
 }
 
 }  // namespace clash::clashctl

@@ -154,7 +154,11 @@ class Table {
 [[nodiscard]] std::string JunitErrorReport(std::string_view suite_name, const absl::Status& status);
 
 /// One row per step (index, name, ok/BLOCKED/UNDECIDED, blocked t, first contact t, min
-/// clearance and where, blockers), then a summary line.
+/// clearance and where, blockers), with lines under a step for its escape directions, allowed
+/// pairs and a contact tolerance raised above `requested`'s.
+[[nodiscard]] std::string FormatSequenceSteps(const std::vector<v1::StepResult>& steps,
+                                              const v1::Tolerances& requested);
+/// FormatSequenceSteps, then a summary line.
 [[nodiscard]] std::string FormatSequence(const std::vector<v1::StepResult>& steps,
                                          const v1::SequenceSummary& summary);
 /// The JUnit XML report of a sequence: testsuite "sequence <scene_id>", one testcase per step
@@ -162,6 +166,12 @@ class Table {
 [[nodiscard]] std::string SequenceJunitReport(std::string_view scene_id,
                                               const std::vector<v1::StepResult>& steps,
                                               const v1::SequenceSummary& summary);
+/// The JUnit XML report of a sequence whose call failed part-way (a deadline, say): the steps
+/// that came before the failure as SequenceJunitReport has them, then one test case in error
+/// with the status.
+[[nodiscard]] std::string SequenceJunitPartialReport(std::string_view scene_id,
+                                                     const std::vector<v1::StepResult>& steps,
+                                                     const absl::Status& status);
 
 /// "[#####-----]  50%  4.0/8.0 MB  2.0 MB/s" for an upload `seconds` after it started.
 [[nodiscard]] std::string ProgressLine(uint64_t sent, uint64_t total, double seconds);
