@@ -37,42 +37,47 @@ WorkLimiter::Permit::~Permit() {
 absl::StatusOr<WorkLimiter::Permit> WorkLimiter::Acquire(
     const std::function<absl::Status()>& stop) {
   std::unique_lock lock(mu_);
-  if (running_ < slots_) {
+  if (running_ < slots_ && waiting_.empty()) {
     ++running_;
     return Permit(this);
   }
-  if (waiting_ >= queue_ + spare_) {
-    return Transient(absl::ResourceExhaustedError(
-        absl::StrCat(name_, " queue full (", running_ - spare_, " running, ", waiting_,
-                     " waiting): retry later")));
+  const int waiting = static_cast<int>(waiting_.size());
+  if (waiting >= queue_ + spare_) {
+    return Transient(absl::ResourceExhaustedError(absl::StrCat(name_, " queue full (",
+                                                               running_ - spare_, " running, ",
+                                                               waiting, " waiting): retry later")));
   }
-  ++waiting_;
-  while (running_ >= slots_) {
+  const uint64_t ticket = next_ticket_++;
+  waiting_.insert(ticket);
+  const auto my_turn = [&] { return running_ < slots_ && *waiting_.begin() == ticket; };
+  while (!my_turn()) {
     cv_.wait_for(lock, std::chrono::milliseconds(20));
-    if (running_ < slots_) break;
+    if (my_turn()) break;
     if (stop) {
       absl::Status st = stop();
       if (!st.ok()) {
-        --waiting_;
+        waiting_.erase(ticket);
+        cv_.notify_all();  // the next in line may be first now
         return st;
       }
     }
   }
-  --waiting_;
+  waiting_.erase(ticket);
   ++running_;
+  if (running_ < slots_ && !waiting_.empty()) cv_.notify_all();  // a slot is left for the next
   return Permit(this);
 }
 
 std::optional<WorkLimiter::Permit> WorkLimiter::TryAcquire() {
   std::lock_guard lock(mu_);
-  if (running_ >= slots_ || waiting_ > 0) return std::nullopt;
+  if (running_ >= slots_ || !waiting_.empty()) return std::nullopt;
   ++running_;
   return Permit(this);
 }
 
 std::optional<WorkLimiter::Permit> WorkLimiter::TryAcquireSpare() {
   std::lock_guard lock(mu_);
-  if (running_ >= slots_ || waiting_ > 0) return std::nullopt;
+  if (running_ >= slots_ || !waiting_.empty()) return std::nullopt;
   ++running_;
   ++spare_;
   return Permit(this, true);
@@ -84,7 +89,8 @@ void WorkLimiter::Release(bool spare) {
     --running_;
     if (spare) --spare_;
   }
-  cv_.notify_one();
+  // Every waiter checks whether it is first in line (the queue is short, bounded by --queue).
+  cv_.notify_all();
 }
 
 int WorkLimiter::running() const {
@@ -99,7 +105,7 @@ int WorkLimiter::spare_in_use() const {
 
 int WorkLimiter::waiting() const {
   std::lock_guard lock(mu_);
-  return waiting_;
+  return static_cast<int>(waiting_.size());
 }
 
 }  // namespace clash::server

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -45,7 +47,10 @@ class WorkLimiter {
       : name_(std::move(name)), slots_(slots), queue_(queue) {}
 
   /// A slot, waiting in the queue while `stop` stays OK. RESOURCE_EXHAUSTED when every slot is
-  /// busy and the queue is full; `stop`'s status when it fires while waiting. A slot lent to a
+  /// busy and the queue is full; `stop`'s status when it fires while waiting. Slots go to
+  /// waiters first come, first served: a caller that finds others waiting queues behind them
+  /// even when a slot has just freed (else a steady stream of newcomers could keep a waiter
+  /// out until its deadline). A slot lent to a
   /// helper (TryAcquireSpare) is a place to wait beyond the queue: its helper gives it back as
   /// soon as someone waits, so it never turns a caller away.
   [[nodiscard]] absl::StatusOr<Permit> Acquire(const std::function<absl::Status()>& stop);
@@ -77,7 +82,9 @@ class WorkLimiter {
   std::condition_variable cv_;
   int running_ = 0;  // every held slot, spare ones included
   int spare_ = 0;    // held by helpers
-  int waiting_ = 0;
+  // Tickets of the callers waiting, in arrival order: only the first may take a free slot.
+  std::set<uint64_t> waiting_;
+  uint64_t next_ticket_ = 0;
 };
 
 }  // namespace clash::server

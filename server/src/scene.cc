@@ -584,10 +584,15 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
     if (!absl::IsResourceExhausted(refused)) {
       LogLine(LogLevel::kError, absl::StrCat("scene store: ", st.ToString()));
     }
-    // Written but its folder not synced: memory holds what the file does.
-    if (in_place) return st;
+    // Written but its folder not synced: memory holds what the file does, which a later edit
+    // writes (and syncs) again even when it changes nothing (Scene::unsynced).
+    if (in_place) {
+      scene.unsynced = true;
+      return st;
+    }
     Undo(scene, "an edit could not be written");
   }
+  if (st.ok()) scene.unsynced = false;
   return st;
 }
 

@@ -145,6 +145,9 @@ class Scene {
   /// Counts the mutations below that changed something (an edit that changes nothing keeps the
   /// version and is not written).
   uint64_t changes = 0;
+  /// The last write's file is in place but its folder was not synced (it may not survive a
+  /// crash): the next edit is written even when it changes nothing, so a retry is durable.
+  bool unsynced = false;
   int64_t create_time_s = 0;
   int64_t update_time_s = 0;
   uint64_t next_instance_id = 1;

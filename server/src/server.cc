@@ -902,13 +902,15 @@ struct ClashServer::Impl {
     try {
       const uint64_t changes_before = scene->changes;
       CLASH_RETURN_IF_ERROR(edit(*scene));
-      if (scene->changes == changes_before) {
+      const bool changed = scene->changes != changes_before;
+      if (!changed && !scene->unsynced) {
         // Nothing changed (poses re-sent as they are, say): the version stays and nothing is
         // written, so a plugin that sends every pose after each edit pays no disk write for them.
         response->set_scene_version(scene->version);
         return absl::OkStatus();
       }
-      scene->Touch();
+      // (A retry of an edit whose write was not synced changes nothing but is written again.)
+      if (changed) scene->Touch();
       Tenant::StorageReservation room;  // held until the file is written
       CLASH_RETURN_IF_ERROR(t.scenes().Commit(*scene, grows ? ReserveInto(t, &room) : nullptr));
     } catch (...) {

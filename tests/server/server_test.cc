@@ -3132,6 +3132,41 @@ TEST(WorkLimiterTest, QueuesUpToItsBoundThenRefuses) {
   EXPECT_EQ(limiter.running(), 0);
 }
 
+// Slots go to waiters first come, first served: a freed slot goes to the first waiter, not to a
+// caller arriving just then (before, a newcomer took it while the waiter was still waking, so a
+// steady stream of newcomers could keep a waiter out until its deadline), and waiters are
+// served in the order they came.
+TEST(WorkLimiterTest, WaitersAreServedFirstComeFirstServed) {
+  WorkLimiter limiter("test", 1, 4);
+  auto held = limiter.Acquire({});
+  ASSERT_THAT(held.status(), IsOk());
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 3; ++i) {
+    callers.emplace_back([&, i] {
+      auto permit = limiter.Acquire({});
+      ASSERT_THAT(permit.status(), IsOk());
+      std::lock_guard lock(mu);
+      order.push_back(i);
+      // (The permit is released as the thread ends: the next waiter's turn.)
+    });
+    // Each waits before the next comes.
+    while (limiter.waiting() < i + 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // The slot frees while a newcomer arrives: the newcomer queues behind the three.
+  *held = WorkLimiter::Permit();
+  auto newcomer = limiter.Acquire({});
+  ASSERT_THAT(newcomer.status(), IsOk());
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(limiter.waiting(), 0);
+  EXPECT_EQ(limiter.running(), 1);
+}
+
 // A waiter whose call is cancelled while it waits leaves with its stop check's status: it gives
 // up its place in the queue and takes no slot.
 TEST(WorkLimiterTest, AWaiterWhoseStopFiresLeavesWithTheStopStatus) {
@@ -3998,6 +4033,50 @@ TEST_F(ServerTest, EditsThatChangeNothingKeepTheVersionAndWriteNothing) {
   const auto after = client_->GetScene(scene);
   ASSERT_THAT(after.status(), IsOk());
   EXPECT_EQ(after->version(), before->version() + 1);
+}
+
+// An edit whose file was written but whose folder could not be synced (INTERNAL, "may not
+// survive a crash") is in memory: a retry of it changes nothing there, but it is written and
+// synced again rather than acknowledged without a write (a review's finding), without a new
+// version; once synced, the same edit again writes nothing.
+TEST_F(ServerTest, ARetryOfAnUnsyncedEditIsWrittenAgain) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  const uint64_t a = Place(scene, box, RigidTransform::Identity(), "a");
+  v1::SetPosesRequest moves;
+  moves.set_scene_id(scene);
+  v1::PoseUpdate* u = moves.add_poses();
+  u->set_instance_id(a);
+  *u->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), Vec3(0, 9, 0)});
+  static std::atomic<int> syncs{0};
+  cad::internal::SetFsyncForTesting(+[](int fd) {
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      errno = EIO;
+      return -1;
+    }
+    return fsync(fd);
+  });
+  const auto unsynced = client_->SetPoses(moves);
+  syncs = 0;
+  cad::internal::SetFsyncForTesting(+[](int fd) {
+    ++syncs;
+    return fsync(fd);
+  });
+  const auto retried = client_->SetPoses(moves);
+  const int retry_syncs = syncs;
+  const auto again = client_->SetPoses(moves);
+  const int again_syncs = syncs - retry_syncs;
+  cad::internal::SetFsyncForTesting(nullptr);
+  EXPECT_THAT(unsynced.status(), StatusIs(absl::StatusCode::kInternal, "may not survive a crash"));
+  ASSERT_THAT(retried.status(), IsOk());
+  EXPECT_GE(retry_syncs, 2);  // the file and its folder
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_EQ(*again, *retried);
+  EXPECT_EQ(again_syncs, 0);
+  const auto served = client_->GetScene(scene);
+  ASSERT_THAT(served.status(), IsOk());
+  EXPECT_EQ(served->version(), *retried);
 }
 
 // A scene written whose folder cannot be synced: the call says so (INTERNAL), and the scene
