@@ -309,6 +309,37 @@ TEST_F(ImportCacheTest, AnEntryThatCannotBeReadIsDroppedAndReplaced) {
   EXPECT_TRUE(fs::is_regular_file(entry));
 }
 
+// A load that cannot open a good entry for want of resources (here file descriptors) is a miss
+// that keeps the entry: only what is no entry (a folder, a file above the cap, a bad checksum) is
+// removed as damage (the diff review found that any read error removed it).
+TEST_F(ImportCacheTest, AnEntryThatCannotBeOpenedForWantOfResourcesIsKept) {
+  auto cache = ImportCache::Open(dir_.string());
+  ASSERT_THAT(cache, IsOk());
+  auto first = ImportWithCache(sample_, {}, limits_, *cache);
+  ASSERT_THAT(first, IsOk());
+  const fs::path entry = dir_ / (first->key + ".clshmesh");
+  ASSERT_TRUE(fs::is_regular_file(entry));
+  // In a child process: no descriptor left to open with. Exit codes: 0 a miss, 1 otherwise.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int lowest_free = dup(0);
+    close(lowest_free);
+    const rlimit none{static_cast<rlim_t>(lowest_free), static_cast<rlim_t>(lowest_free)};
+    if (lowest_free < 0 || setrlimit(RLIMIT_NOFILE, &none) != 0) _exit(3);
+    const absl::StatusOr<std::optional<MeshBuffers>> loaded = cache->Load(first->key);
+    _exit(loaded.ok() && !loaded->has_value() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(fs::is_regular_file(entry));
+  auto loaded = cache->Load(first->key);
+  ASSERT_THAT(loaded, IsOk());
+  EXPECT_TRUE(loaded->has_value());
+}
+
 TEST_F(ImportCacheTest, BadKeysFoldersAndFilesGiveClearErrors) {
   auto cache = ImportCache::Open(dir_.string());
   ASSERT_THAT(cache, IsOk());

@@ -157,13 +157,21 @@ template <typename T>
 absl::StatusOr<std::optional<T>> LoadEntry(const std::string& dir, std::string_view key) {
   if (!IsKey(key)) return absl::InvalidArgumentError("import cache key must be 64 hex digits");
   const std::string path = EntryPath(dir, key, kKindOf<T>);
-  // Capped, so that a huge file under an entry's name is never read into memory. Whatever is
-  // there and cannot be loaded (above the cap, not a regular file, a read error) is no entry this
-  // cache wrote whole: it is dropped as damage, and a store puts a good one in its place.
-  absl::StatusOr<std::string> bytes = ReadFileCapped(path, kMaxImportCacheEntryBytes);
-  if (absl::IsNotFound(bytes.status())) return std::nullopt;  // a miss
+  // Capped, so that a huge file under an entry's name is never read into memory. What is there
+  // and is no entry this cache wrote whole (not a regular file, above the cap) is dropped as
+  // damage, and a store puts a good one in its place. A read that fails for want of resources
+  // (file descriptors, memory, I/O) is a plain miss: the entry may be good, and is kept.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return std::nullopt;  // a miss
+  bool ok =
+      S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) <= kMaxImportCacheEntryBytes;
+  absl::StatusOr<std::string> bytes;
+  if (ok) {
+    bytes = ReadFileCapped(path, kMaxImportCacheEntryBytes);
+    if (!bytes.ok()) return std::nullopt;  // a miss (it changed meanwhile: the next load sees)
+  }
   // Entry = encoded payload + SHA-256 of it. Anything else is damage: drop the entry.
-  bool ok = bytes.ok() && bytes->size() > kDigestBytes;
+  ok = ok && bytes->size() > kDigestBytes;
   std::optional<T> value;
   if (ok) {
     const std::string_view payload(bytes->data(), bytes->size() - kDigestBytes);

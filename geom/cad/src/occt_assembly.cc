@@ -38,7 +38,7 @@
 #include <STEPCAFControl_Reader.hxx>
 #include <STEPControl_Reader.hxx>
 #include <Standard_Failure.hxx>
-#include <Standard_OutOfMemory.hxx>
+#include <Standard_OutOfRange.hxx>
 #include <TCollection_AsciiString.hxx>
 #include <TCollection_ExtendedString.hxx>
 #include <TDF_Label.hxx>
@@ -67,6 +67,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -543,9 +544,10 @@ absl::StatusOr<TransferReport> TransferIntoNewDocument(const std::string& path, 
   return TransferInto(reader, reader, path, "IGES", colors, (*document)->doc(), phase);
 }
 
-// TransferIntoNewDocument with colours; when OCCT raises during that transfer, once more without
-// colours (see the file comment), saying so in `*warnings` when that one succeeds. Running out of
-// memory is not retried.
+// TransferIntoNewDocument with colours; when OCCT raises its colour failure during that transfer
+// (Standard_OutOfRange "Color out", see the file comment), once more without colours, saying so
+// in `*warnings` when that one succeeds. Other failures are not retried: reading the file again
+// would double the time of every file that fails (and could pass the import's time limit).
 absl::StatusOr<TransferReport> ImportTransferred(const std::string& path, CadFormat format,
                                                  std::optional<ScopedXcafDocument>* document,
                                                  std::vector<std::string>* warnings, Phase* phase) {
@@ -553,7 +555,11 @@ absl::StatusOr<TransferReport> ImportTransferred(const std::string& path, CadFor
   try {
     return TransferIntoNewDocument(path, format, /*colors=*/true, document, phase);
   } catch (const Standard_Failure& e) {
-    if (*phase != Phase::kTransfer || e.IsKind(STANDARD_TYPE(Standard_OutOfMemory))) throw;
+    const char* what = e.GetMessageString();
+    if (*phase != Phase::kTransfer || !e.IsKind(STANDARD_TYPE(Standard_OutOfRange)) ||
+        what == nullptr || std::string_view(what).find("Color") == std::string_view::npos) {
+      throw;
+    }
     with_colors = internal::StatusFromCurrentException(*phase);
   }
   absl::StatusOr<TransferReport> report =
@@ -561,7 +567,7 @@ absl::StatusOr<TransferReport> ImportTransferred(const std::string& path, CadFor
   if (report.ok()) {
     warnings->push_back(
         absl::StrCat("colours dropped: the file's transfer failed with its colours (",
-                     std::string(with_colors.message()),
+                     internal::ToValidUtf8(std::string(with_colors.message())),
                      ") and succeeded without them, so no instance has one"));
   }
   return report;

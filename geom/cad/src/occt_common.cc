@@ -164,10 +164,15 @@ absl::StatusOr<std::string> ReadHead(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;  // ifstream does not promise to set it
-    // INVALID_ARGUMENT whatever the errno: a worker reports only the codes IsWorkerErrorCode
-    // names, and absl::ErrnoToStatus would make e.g. EAGAIN a retryable UNAVAILABLE.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "read: cannot open ", path, error != 0 ? absl::StrCat(": ", std::strerror(error)) : ""));
+    // A worker reports only the codes IsWorkerErrorCode names (absl::ErrnoToStatus would make
+    // e.g. EAGAIN a retryable UNAVAILABLE): RESOURCE_EXHAUSTED when the host ran out of file
+    // descriptors or memory, which is no fault of the file; INVALID_ARGUMENT otherwise.
+    const std::string message = absl::StrCat(
+        "read: cannot open ", path, error != 0 ? absl::StrCat(": ", std::strerror(error)) : "");
+    if (error == EMFILE || error == ENFILE || error == ENOMEM) {
+      return absl::ResourceExhaustedError(message);
+    }
+    return absl::InvalidArgumentError(message);
   }
   std::string head(kSniffBytes, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));

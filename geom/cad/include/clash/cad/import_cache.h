@@ -28,7 +28,9 @@ namespace clash::cad {
 /// boundary, sibling path segments unique (entries of version 2 could hold duplicate paths).
 /// Version 4: an IGES assembly is one part (its roots' faces sewn together); STEP files with
 /// external references are refused (entries of version 3 could hold other files' geometry).
-inline constexpr int kImportCacheVersion = 4;
+/// Version 5: assembly entries carry the import's warnings (the worker result format's version
+/// 2); a colour OCCT cannot take no longer fails the import.
+inline constexpr int kImportCacheVersion = 5;
 
 /// Largest entry file the cache loads or stores: one worker result, which the worker's default
 /// output cap (kDefaultMaxOutputBytes, 2 GiB) bounds, and its 32-byte SHA-256. A load reads the
