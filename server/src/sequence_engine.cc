@@ -1,6 +1,7 @@
 #include "sequence_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -300,10 +301,10 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     // Progress events while the step's sweeps run, at most one per progress_interval: a long
     // step (tens of thousands of poses) would otherwise show its start until it ends. t is
     // the sweep running's (it starts again when a group's movers are swept again).
-    absl::Time last_progress = absl::Now();
+    auto last_progress = std::chrono::steady_clock::now();
     const auto progress_within_step = [&, k](double t) {
-      const absl::Time now = absl::Now();
-      if (now - last_progress < limits.progress_interval) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_progress < absl::ToChronoNanoseconds(limits.progress_interval)) return;
       last_progress = now;
       v1::ValidateSequenceEvent e;
       e.mutable_progress()->set_step_index(k);
@@ -342,8 +343,9 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
                      s.motion.MaxTravel(0, 1, geom::Sphere{box.Center(), 0.5 * box.Diagonal()}),
                      obstacles_of(*m, s.allowed_pairs));
       s.options.clearance_mm = tol.clearance_mm();
-      // (Only the first mover's profile is reported: the others would only take memory.)
-      s.options.profile = request.clearance_profile() && sweeps.size() == 1;
+      // (Every mover's sweep samples as a profile asks, at least every 1/64 of the motion, but
+      // only the first mover's samples are reported: the others' are dropped after each sweep.)
+      s.options.profile = request.clearance_profile();
       s.options.max_iterations = limits.max_sweep_iterations;
       s.options.on_free_pose = progress_within_step;
     }
@@ -367,6 +369,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
         CLASH_RETURN_IF_ERROR(stopped);
         // (Poses and τ are checked before the sweeps; a sweep refusing its input is a defect.)
         if (!s.r.status.ok()) return absl::InternalError(s.r.status.message());
+        if (&s != &sweeps.front()) std::vector<std::pair<double, double>>().swap(s.r.profile);
         result.set_distance_queries(result.distance_queries() + s.r.distance_queries);
         result.set_contact_tolerance_mm(std::max(result.contact_tolerance_mm(), s.r.contact_mm));
         s.reached = s.r.blocked     ? s.r.t_contact

@@ -1,7 +1,7 @@
 // Selectors and allowed-interference rules against brute-force oracles on seeded random input:
-// SelectInstances' range lookup of prefixes in the ordered paths against the definition (the path, or the path
-// continuing with '/'), and AllowRules' indexed search against a scan of every rule in request
-// order.
+// SelectInstances' range lookup of prefixes in the ordered paths against the definition (the path,
+// or the path continuing with '/'), and AllowRules' indexed search against a scan of every rule in
+// request order.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -673,6 +673,7 @@ int RunValidate(Session& s, const ValidateArgs& a) {
       s.out() << FormatSequenceSteps(received, request.tolerances());
     }
     if (!s.WriteJunit(a.junit, SequenceJunitPartialReport(a.scene, received, report.status()))) {
+      s.err() << ErrorLine(report.status()) << "\n";  // (the call's error, after the file's)
       return kExitUsage;
     }
   }
