@@ -667,7 +667,11 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
           " clashes: narrow set_a and set_b, or check the placement (parts at one spot?)"));
     }
     const v1::ClashClass cls = ToProto(j.pc.cls);
-    const AllowRule* rule = rules.FirstCovering(j.ra->id, j.rb->id, cls, j.pc.depth_mm);
+    // A depth that could not be estimated (an open part) is no shallow depth: a rule with a
+    // depth limit does not cover it.
+    const AllowRule* rule = rules.FirstCovering(
+        j.ra->id, j.rb->id, cls,
+        j.pc.depth_unknown ? std::numeric_limits<double>::infinity() : j.pc.depth_mm);
     if (rule != nullptr) {
       summary->set_suppressed(summary->suppressed() + 1);
     } else {
@@ -794,7 +798,7 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
 
 absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
                                                  const v1::DistanceRequest& request,
-                                                 const StopCheck& stop) {
+                                                 const StopCheck& stop, const QueryLimits& limits) {
   if (!(std::isfinite(request.max_distance_mm()) && request.max_distance_mm() >= 0)) {
     return absl::InvalidArgumentError("max_distance_mm must be finite and >= 0");
   }
@@ -852,6 +856,7 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
     const InstanceRec* b;
   };
   std::vector<Candidate> candidates;
+  bool too_many = false;  // more candidates within the bound than limits.max_candidate_pairs
   double bound = limit;
   auto can_pair = [&](const Member& x, const Member& y) {
     return !two_sets || (x.in_a && y.in_b) || (x.in_b && y.in_a);
@@ -873,6 +878,13 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
     const Member& b = x_first ? y : x;
     candidates.push_back({lower, a.posed.rec, b.posed.rec});
     tighten(x, y);
+    // Instances at one spot keep every pair within the bound: past the limit, the pairs the
+    // bound has left behind go, and if that is not enough the query is refused (RESOURCE_
+    // EXHAUSTED), rather than holding gigabytes of pairs (3000 cubes at one spot took 300 MB).
+    if (candidates.size() > limits.max_candidate_pairs) {
+      std::erase_if(candidates, [&](const Candidate& c) { return c.lower > bound; });
+      too_many = candidates.size() > limits.max_candidate_pairs;
+    }
   };
   const auto n_a =
       std::count_if(members.begin(), members.end(), [](const Member& m) { return m.in_a; });
@@ -917,7 +929,7 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
         if (met == scene.tree.size()) break;
       }
     }
-    for (std::size_t i = 0; i < members.size(); ++i) {
+    for (std::size_t i = 0; i < members.size() && !too_many; ++i) {
       const Member& x = members[i];
       for (std::size_t j = i + 1; j < members.size(); ++j) consider(x, members[j]);
       for (const Member& y : others) consider(x, y);
@@ -927,7 +939,7 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
     // One small set against an explicit other set: each of its members against all.
     const bool small_is_a = n_a <= n_b;
     auto in_small = [&](const Member& m) { return small_is_a ? m.in_a : m.in_b; };
-    for (std::size_t i = 0; i < members.size(); ++i) {
+    for (std::size_t i = 0; i < members.size() && !too_many; ++i) {
       if (!in_small(members[i])) continue;
       if (stop) CLASH_RETURN_IF_ERROR(stop());
       for (std::size_t j = 0; j < members.size(); ++j) {
@@ -961,7 +973,7 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
     for (std::size_t i = 0; i + 1 < members.size(); ++i) {
       if (can_pair(members[i], members[i + 1])) tighten(members[i], members[i + 1]);
     }
-    for (std::size_t i = 0; i < members.size(); ++i) {
+    for (std::size_t i = 0; i < members.size() && !too_many; ++i) {
       if (i % 256 == 255 && stop) CLASH_RETURN_IF_ERROR(stop());
       const Member& x = members[i];
       for (std::size_t j = i + 1; j < members.size(); ++j) {
@@ -971,6 +983,12 @@ absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
         if (can_pair(x, y)) consider(x, y);
       }
     }
+  }
+  if (too_many) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "more than ", limits.max_candidate_pairs,
+        " instance pairs within the distance bound: narrow set_a and set_b, or check the "
+        "placement (parts at one spot?)"));
   }
   // Pairs listed before the bound came down to below their lower bound cannot be the answer.
   std::erase_if(candidates, [&](const Candidate& c) { return c.lower > bound; });
@@ -1040,6 +1058,12 @@ absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickReque
     if (!ray.origin.allFinite() || !dir.allFinite() || !(len > 0) || !std::isfinite(len)) {
       return absl::InvalidArgumentError(
           absl::StrCat("ray ", i, ": origin and direction must be finite, direction non-zero"));
+    }
+    // (As poses: beyond the broad phase's reach a ray's arithmetic keeps no precision, and an
+    // origin at 1e300 mm answered a hit 1e300 mm away.)
+    if (ray.origin.cwiseAbs().maxCoeff() > geom::DynamicAabbTree::kMaxCoordinateMm) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ray ", i, ": origin beyond ", geom::DynamicAabbTree::kMaxCoordinateMm, " mm"));
     }
     if (!(std::isfinite(r.max_distance_mm()) && r.max_distance_mm() >= 0)) {
       return absl::InvalidArgumentError(

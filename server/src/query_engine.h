@@ -26,7 +26,7 @@ struct QueryLimits {
   int max_rays = 100'000;
   /// Interference: instance pairs whose boxes (grown by the tolerances) overlap, and clashes
   /// found; RESOURCE_EXHAUSTED beyond (a scene of parts placed at one spot, not a check to
-  /// run: about 40 and 140 bytes each).
+  /// run: about 40 and 140 bytes each). Distance: pairs within the bound (24 bytes each).
   std::size_t max_candidate_pairs = std::size_t{1} << 24;
   std::size_t max_clashes = std::size_t{1} << 22;
 };
@@ -100,9 +100,12 @@ class AllowRules {
     const Scene& scene, const v1::InterferenceRequest& request, const StopCheck& stop,
     const QueryLimits& limits = {}, QueryHelpers* helpers = nullptr);
 
+/// The minimum distance; RESOURCE_EXHAUSTED when more than limits.max_candidate_pairs pairs
+/// stay within the distance bound (instances at one spot).
 [[nodiscard]] absl::StatusOr<v1::DistanceResponse> RunDistance(const Scene& scene,
                                                                const v1::DistanceRequest& request,
-                                                               const StopCheck& stop);
+                                                               const StopCheck& stop,
+                                                               const QueryLimits& limits = {});
 
 /// Ray picks; the rays are cast through `helpers` when given (on idle query slots too), else
 /// on this thread; the answer is the same either way.

@@ -514,6 +514,19 @@ TEST(Containment, FindsWhichPartIsInside) {
   RawMesh open = MakeBlob(rng, 20, 12, 16, 0.1);
   open.t.pop_back();
   EXPECT_EQ(FindContainment(*small, X_WS, *open.Part(), X_W1), Containment::kNone);
+  // But an open part can lie inside a closed one (a sheet, a solid with tessellation gaps): it
+  // is CONTAINED, however it is given. Before, a part pushed wholly inside was reported clear.
+  RawMesh open_box = MakeBox(Vec3(2, 3, 1));
+  open_box.t.pop_back();
+  const auto open_small = open_box.Part();
+  ASSERT_FALSE(open_small->mesh().IsClosed());
+  EXPECT_EQ(FindContainment(*open_small, X_WS, *big, X_W1), Containment::kAInsideB);
+  EXPECT_EQ(FindContainment(*big, X_W1, *open_small, X_WS), Containment::kBInsideA);
+  EXPECT_EQ(FindContainment(*open_small, X_far, *big, X_W1), Containment::kNone);
+  const PairClassification c = ClassifyPair(*open_small, X_WS, *big, X_W1, {0.1, 0, 64, 4096});
+  EXPECT_EQ(c.cls, ClashClass::kContained);
+  EXPECT_EQ(c.containment, Containment::kAInsideB);
+  EXPECT_GT(c.depth_mm, 0.0);
 }
 
 // A part of two solids with one of them inside another part, the other outside that part's

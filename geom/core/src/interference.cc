@@ -571,6 +571,7 @@ PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, co
     if (!a_closed || !b_closed || tol.max_depth_samples == 0) {
       r.cls = ClashClass::kHard;
       r.uncertain = true;
+      r.depth_unknown = true;
     } else {
       r.cls = r.depth_mm > contact ? ClashClass::kHard : ClashClass::kContact;
       // The depth is a lower bound: a HARD answer stands, but a CONTACT found on part of the

@@ -727,8 +727,17 @@ namespace {
 std::optional<Vec3> ShellInside(const Part& inner, const Part& outer, const RigidTransform& X_IO) {
   const Aabb outer_box = outer.bounds().Transformed(X_IO);
   const RigidTransform X_OI = X_IO.Inverse();
-  for (const MeshShell& s : inner.mesh().shells()) {
-    const Vec3& v = inner.mesh().vertices()[s.vertex];
+  const TriangleMesh& m = inner.mesh();
+  if (m.shells().empty()) {
+    // An open mesh has no shells (TriangleMesh::shells): it is taken as one piece, decided by
+    // its first vertex (a piece of it outside, another inside, is missed).
+    if (m.vertices().empty() || !outer_box.Contains(m.bounds())) return std::nullopt;
+    const Vec3& v = m.vertices().front();
+    if (ContainsPoint(outer, X_OI * v)) return v;
+    return std::nullopt;
+  }
+  for (const MeshShell& s : m.shells()) {
+    const Vec3& v = m.vertices()[s.vertex];
     if (outer_box.Contains(s.bounds) && ContainsPoint(outer, X_OI * v)) return v;
   }
   return std::nullopt;
@@ -738,12 +747,17 @@ std::optional<Vec3> ShellInside(const Part& inner, const Part& outer, const Rigi
 
 Containment FindContainment(const Part& a, const RigidTransform& X_WA, const Part& b,
                             const RigidTransform& X_WB, Vec3* p_W) {
-  if (!a.mesh().IsClosed() || !b.mesh().IsClosed()) return Containment::kNone;
+  // Only a closed part has an inside; the part inside it may be open (a sheet, or a solid whose
+  // tessellation has gaps): its surface, apart from the container's, lies wholly inside or
+  // wholly outside, so one vertex decides as for a closed one.
   const RigidTransform X_AB = X_WA.Inverse() * X_WB;
-  if (const std::optional<Vec3> v = ShellInside(a, b, X_AB)) {
-    if (p_W != nullptr) *p_W = X_WA * *v;
-    return Containment::kAInsideB;
+  if (b.mesh().IsClosed()) {
+    if (const std::optional<Vec3> v = ShellInside(a, b, X_AB)) {
+      if (p_W != nullptr) *p_W = X_WA * *v;
+      return Containment::kAInsideB;
+    }
   }
+  if (!a.mesh().IsClosed()) return Containment::kNone;
   if (const std::optional<Vec3> v = ShellInside(b, a, X_AB.Inverse())) {
     if (p_W != nullptr) *p_W = X_WB * *v;
     return Containment::kBInsideA;

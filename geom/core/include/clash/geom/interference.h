@@ -130,6 +130,10 @@ struct PairClassification {
   /// The deciding value lies within 25 % of τ of the threshold τ, the depth could not be
   /// estimated (open mesh), or a kContact depth came from part of the candidates.
   bool uncertain = false;
+  /// Crossing surfaces whose depth could not be estimated (a part is open, or
+  /// max_depth_samples is 0): depth_mm is only what a closed side gave (0 if none), so it must
+  /// not be read as shallow.
+  bool depth_unknown = false;
   Containment containment = Containment::kNone;  ///< Which part is inside (kContained only).
 };
 

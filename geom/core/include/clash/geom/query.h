@@ -37,9 +37,9 @@ struct IntersectionResult {
                                                    const Part& b, const RigidTransform& X_WB,
                                                    std::size_t max_pairs = 1000);
 
-/// Where one closed part lies inside the other.
+/// Where one part lies inside the other, closed, part.
 enum class Containment : uint8_t {
-  kNone,      ///< Neither is inside the other (or a mesh is open, or the surfaces cross).
+  kNone,      ///< Neither is inside the other (or the one around is open, or the surfaces cross).
   kAInsideB,  ///< Part a (or one of its solids) lies inside part b.
   kBInsideA,  ///< Part b (or one of its solids) lies inside part a.
 };
@@ -51,8 +51,9 @@ enum class Containment : uint8_t {
                                        : c;
 }
 
-/// For two parts whose surfaces do not cross: whether one lies inside the other (both meshes
-/// must be closed; otherwise kNone). A part made of several solids (TriangleMesh::shells)
+/// For two parts whose surfaces do not cross: whether one lies inside the other (the one
+/// around must be closed; the one inside may be open, such as a sheet or a solid whose
+/// tessellation has gaps). A part made of several solids (TriangleMesh::shells)
 /// counts as inside when any of them is: one vertex of each shell whose bounds fit in the
 /// other part's bounds is tested against the other solid. `p_W`, when given, receives that
 /// vertex (world) of the part inside.

@@ -1,0 +1,146 @@
+// The query engine at the edges a review of it found (in process, no server): an open part
+// inside a closed one, a depth-limited rule on a clash whose depth is unknown, distance over
+// instances at one spot, and ray origins beyond the broad phase's reach.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "convert.h"
+#include "query_engine.h"
+#include "testing/random_geometry.h"
+#include "testing/status_matchers.h"
+
+namespace clash::server {
+namespace {
+
+using geom::RigidTransform;
+using geom::Vec3;
+using testing::IsOk;
+using testing::MakeBox;
+using testing::RawMesh;
+using testing::StatusIs;
+
+class QueryEdgesTest : public ::testing::Test {
+ protected:
+  QueryEdgesTest() : scene_(std::make_unique<Scene>("s1")) {}
+
+  // Places `mesh` at `at` under `path`; returns its instance id.
+  uint64_t Add(const std::string& path, const RawMesh& mesh, const Vec3& at) {
+    auto part = std::make_shared<PartEntry>();
+    part->geom = mesh.Part();
+    part->info.set_part_id("p" + path);
+    InstanceRec rec;
+    rec.id = scene_->next_instance_id++;
+    rec.part = std::move(part);
+    rec.path = path;
+    rec.name = path;
+    rec.X_WP = RigidTransform::Translation(at);
+    const uint64_t id = rec.id;
+    scene_->Add(std::move(rec));
+    return id;
+  }
+
+  v1::InterferenceResponse Check(const v1::InterferenceRequest& request) {
+    absl::StatusOr<v1::InterferenceResponse> r =
+        RunInterference(*scene_, request, [] { return absl::OkStatus(); });
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : v1::InterferenceResponse();
+  }
+
+  std::unique_ptr<Scene> scene_;
+};
+
+// A box with its last triangle left out: an open mesh.
+RawMesh OpenBox(const Vec3& half) {
+  RawMesh m = MakeBox(half);
+  m.t.pop_back();
+  return m;
+}
+
+// An open part pushed wholly inside a closed one is CONTAINED, not clear (before, the part
+// poking through the face was HARD and the one pushed deeper vanished from the report).
+TEST_F(QueryEdgesTest, AnOpenPartInsideAClosedOneIsContained) {
+  Add("cube", MakeBox(Vec3(5, 5, 5)), Vec3(0, 0, 0));
+  Add("inside", OpenBox(Vec3(1, 1, 1)), Vec3(0, 0, 0));
+  Add("through", OpenBox(Vec3(1, 1, 1)), Vec3(5, 0, 0));
+  v1::InterferenceRequest request;
+  request.mutable_tolerances()->set_contact_tolerance_mm(0.01);
+  const v1::InterferenceResponse r = Check(request);
+  ASSERT_EQ(r.clashes_size(), 2);
+  EXPECT_EQ(r.clashes(0).clash_class(), v1::HARD);
+  EXPECT_EQ(r.clashes(1).clash_class(), v1::CONTAINED);
+  EXPECT_EQ(std::min(r.clashes(1).path_a(), r.clashes(1).path_b()), "cube");
+  EXPECT_EQ(std::max(r.clashes(1).path_a(), r.clashes(1).path_b()), "inside");
+}
+
+// A rule with a depth limit does not suppress a HARD clash whose depth could not be estimated
+// (an open part: depth 0, uncertain), which it did as if the clash were shallow; a rule without
+// a limit still does. Closed parts keep their depth test.
+TEST_F(QueryEdgesTest, ADepthLimitedRuleDoesNotCoverAnUnknownDepth) {
+  Add("open1", OpenBox(Vec3(5, 5, 5)), Vec3(0, 0, 0));
+  Add("open2", OpenBox(Vec3(5, 5, 5)), Vec3(5, 1, 1));
+  Add("closed1", MakeBox(Vec3(5, 5, 5)), Vec3(100, 0, 0));
+  Add("closed2", MakeBox(Vec3(5, 5, 5)), Vec3(105, 1, 1));
+  v1::InterferenceRequest request;
+  request.mutable_tolerances()->set_contact_tolerance_mm(0.01);
+  v1::AllowedInterference* rule = request.add_allowed();
+  rule->set_name("press-fit");
+  rule->add_classes(v1::HARD);
+  rule->set_max_depth_mm(0.05);
+  v1::InterferenceResponse r = Check(request);
+  ASSERT_EQ(r.clashes_size(), 2);
+  for (const v1::Clash& c : r.clashes()) {
+    EXPECT_EQ(c.clash_class(), v1::HARD) << c.path_a();
+    EXPECT_FALSE(c.suppressed()) << c.path_a();  // 5 mm deep, and unknown
+  }
+  rule->set_max_depth_mm(0);  // no limit: both suppressed
+  r = Check(request);
+  ASSERT_EQ(r.clashes_size(), 2);
+  for (const v1::Clash& c : r.clashes()) EXPECT_TRUE(c.suppressed()) << c.path_a();
+  rule->set_max_depth_mm(10);  // deeper than the closed pair: it is suppressed, the open not
+  r = Check(request);
+  ASSERT_EQ(r.clashes_size(), 2);
+  for (const v1::Clash& c : r.clashes()) {
+    EXPECT_EQ(c.suppressed(), c.path_a().starts_with("closed")) << c.path_a();
+  }
+}
+
+// Instances at one spot keep every pair within the distance bound: past the candidate limit the
+// distance query is RESOURCE_EXHAUSTED instead of holding every pair (300 MB for 3000 cubes);
+// within it, the answer is 0.
+TEST_F(QueryEdgesTest, DistanceOverInstancesAtOneSpotIsBounded) {
+  for (int i = 0; i < 40; ++i) Add("c" + std::to_string(i), MakeBox(Vec3(1, 1, 1)), Vec3(0, 0, 0));
+  v1::DistanceRequest request;
+  const auto no_stop = [] { return absl::OkStatus(); };
+  QueryLimits limits;
+  limits.max_candidate_pairs = 100;  // 780 pairs at distance 0
+  EXPECT_THAT(RunDistance(*scene_, request, no_stop, limits).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "parts at one spot"));
+  limits.max_candidate_pairs = 1000;
+  const absl::StatusOr<v1::DistanceResponse> d = RunDistance(*scene_, request, no_stop, limits);
+  ASSERT_THAT(d.status(), IsOk());
+  EXPECT_TRUE(d->found());
+  EXPECT_EQ(d->distance_mm(), 0.0);
+}
+
+// A ray origin beyond the broad phase's reach (as a pose would be) is INVALID_ARGUMENT: at
+// 1e300 mm the arithmetic kept no precision and answered a hit 1e300 mm away.
+TEST_F(QueryEdgesTest, RayOriginsBeyondReachAreRefused) {
+  Add("cube", MakeBox(Vec3(5, 5, 5)), Vec3(0, 0, 0));
+  v1::PickRequest request;
+  v1::Ray* ray = request.add_rays();
+  ToProto(Vec3(0, 0, 1e300), ray->mutable_origin_mm());
+  ToProto(Vec3(0, 0, -1), ray->mutable_direction());
+  EXPECT_THAT(RunPick(*scene_, request, [] { return absl::OkStatus(); }).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "origin beyond"));
+  ToProto(Vec3(0, 0, 50), ray->mutable_origin_mm());
+  const auto hit = RunPick(*scene_, request, [] { return absl::OkStatus(); });
+  ASSERT_THAT(hit.status(), IsOk());
+  ASSERT_EQ(hit->hits_size(), 1);
+  EXPECT_TRUE(hit->hits(0).hit());
+  EXPECT_NEAR(hit->hits(0).distance_mm(), 45.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace clash::server
