@@ -100,11 +100,11 @@ void Scene::SetGroup(const std::string& group, const std::set<uint64_t>& members
   const auto old = groups.find(group);
   if (old == groups.end() ? members.empty() : old->second == members) return;
   ++changes;
-  if (auto git = groups.find(group); git != groups.end()) {
-    for (uint64_t id : git->second) {
+  if (old != groups.end()) {
+    for (uint64_t id : old->second) {
       if (InstanceRec* rec = Find(id)) rec->groups.erase(group);
     }
-    groups.erase(git);
+    groups.erase(old);
   }
   for (uint64_t id : members) {
     if (InstanceRec* rec = Find(id)) {

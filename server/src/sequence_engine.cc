@@ -206,15 +206,18 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
   summary.set_first_blocked_step(-1);
   summary.set_scene_version(scene.version);
   *summary.mutable_tolerances() = tol;
+  // A progress event: step k has reached t.
+  const auto progress = [&](int k, double t) {
+    v1::ValidateSequenceEvent e;
+    e.mutable_progress()->set_step_index(k);
+    e.mutable_progress()->set_step_count(n);
+    e.mutable_progress()->set_t(t);
+    emit(e);
+  };
   for (int k = 0; k < n; ++k) {
     CLASH_RETURN_IF_ERROR(stop());
     const v1::SequenceStep& step = request.steps(k);
-    {
-      v1::ValidateSequenceEvent e;
-      e.mutable_progress()->set_step_index(k);
-      e.mutable_progress()->set_step_count(n);
-      emit(e);
-    }
+    progress(k, 0.0);
     AllowRules rules = global_rules;
     CLASH_RETURN_IF_ERROR(ResolveAllowRules(scene, step.allowed(), &rules));
     // What stands while step k runs: instances no step moves, those of earlier steps, and staged
@@ -306,11 +309,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       const auto now = std::chrono::steady_clock::now();
       if (now - last_progress < absl::ToChronoNanoseconds(limits.progress_interval)) return;
       last_progress = now;
-      v1::ValidateSequenceEvent e;
-      e.mutable_progress()->set_step_index(k);
-      e.mutable_progress()->set_step_count(n);
-      e.mutable_progress()->set_t(t);
-      emit(e);
+      progress(k, t);
     };
     std::vector<MoverSweep> sweeps;
     sweeps.reserve(movers[k].size());
@@ -495,13 +494,7 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     result.set_suppressed_pairs(suppressed);
     result.set_clearance_violated(tol.clearance_mm() > 0 &&
                                   result.min_clearance_mm() < tol.clearance_mm());
-    {
-      v1::ValidateSequenceEvent e;
-      e.mutable_progress()->set_step_index(k);
-      e.mutable_progress()->set_step_count(n);
-      e.mutable_progress()->set_t(result.ok() ? 1.0 : result.blocked_t());
-      emit(e);
-    }
+    progress(k, result.ok() ? 1.0 : result.blocked_t());
     if (result.ok()) {
       summary.set_steps_ok(summary.steps_ok() + 1);
     } else {

@@ -8,13 +8,13 @@
 
 #include "convert.h"
 #include "query_engine.h"
+#include "scene_builder.h"
 #include "testing/random_geometry.h"
 #include "testing/status_matchers.h"
 
 namespace clash::server {
 namespace {
 
-using geom::RigidTransform;
 using geom::Vec3;
 using testing::IsOk;
 using testing::MakeBox;
@@ -27,18 +27,7 @@ class QueryEdgesTest : public ::testing::Test {
 
   // Places `mesh` at `at` under `path`; returns its instance id.
   uint64_t Add(const std::string& path, const RawMesh& mesh, const Vec3& at) {
-    auto part = std::make_shared<PartEntry>();
-    part->geom = mesh.Part();
-    part->info.set_part_id("p" + path);
-    InstanceRec rec;
-    rec.id = scene_->next_instance_id++;
-    rec.part = std::move(part);
-    rec.path = path;
-    rec.name = path;
-    rec.X_WP = RigidTransform::Translation(at);
-    const uint64_t id = rec.id;
-    scene_->Add(std::move(rec));
-    return id;
+    return AddInstance(*scene_, path, mesh, at);
   }
 
   v1::InterferenceResponse Check(const v1::InterferenceRequest& request) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "convert.h"
+#include "scene_builder.h"
 #include "testing/random_geometry.h"
 #include "testing/status_matchers.h"
 
@@ -26,15 +27,7 @@ class BoxScene {
  public:
   BoxScene() : scene_(std::make_unique<Scene>("s1")) {}
   void Add(const std::string& path, const Vec3& half, const Vec3& at) {
-    auto part = std::make_shared<PartEntry>();
-    part->geom = MakeBox(half).Part();
-    InstanceRec rec;
-    rec.id = scene_->next_instance_id++;
-    rec.part = std::move(part);
-    rec.path = path;
-    rec.name = path;
-    rec.X_WP = RigidTransform::Translation(at);
-    scene_->Add(std::move(rec));
+    AddInstance(*scene_, path, MakeBox(half), at);
   }
   [[nodiscard]] const Scene* scene() const { return scene_.get(); }
   // Runs a sequence, collecting its step results.

@@ -3973,6 +3973,22 @@ TEST_F(ServerTest, SceneEditsThatWouldPassTheStorageQuotaAreRefused) {
   EXPECT_EQ(after->version(), before->version() + 1);
 }
 
+// fsync stand-ins for SetFsyncForTesting: one that fails for folders (EIO: a file renamed into
+// place whose rename may not survive a crash), and one that counts its calls in `syncs`.
+int FsyncFailingFolders(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    errno = EIO;
+    return -1;
+  }
+  return fsync(fd);
+}
+std::atomic<int> syncs{0};
+int CountingFsync(int fd) {
+  ++syncs;
+  return fsync(fd);
+}
+
 // An edit that changes nothing (poses re-sent as they are, the enabled state it has, a group
 // set to its members, empty lists) keeps the scene's version and writes nothing; the first real
 // change then bumps the version by one and is written.
@@ -3990,12 +4006,8 @@ TEST_F(ServerTest, EditsThatChangeNothingKeepTheVersionAndWriteNothing) {
   const auto before = client_->GetScene(scene);
   ASSERT_THAT(before.status(), IsOk());
 
-  static std::atomic<int> syncs{0};
   syncs = 0;
-  cad::internal::SetFsyncForTesting(+[](int fd) {
-    ++syncs;
-    return fsync(fd);
-  });
+  cad::internal::SetFsyncForTesting(CountingFsync);
   v1::SetPosesRequest same;
   same.set_scene_id(scene);
   v1::PoseUpdate* u = same.add_poses();
@@ -4048,21 +4060,10 @@ TEST_F(ServerTest, ARetryOfAnUnsyncedEditIsWrittenAgain) {
   v1::PoseUpdate* u = moves.add_poses();
   u->set_instance_id(a);
   *u->mutable_pose() = ToPose(RigidTransform{geom::Mat3::Identity(), Vec3(0, 9, 0)});
-  static std::atomic<int> syncs{0};
-  cad::internal::SetFsyncForTesting(+[](int fd) {
-    struct stat st {};
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-      errno = EIO;
-      return -1;
-    }
-    return fsync(fd);
-  });
+  cad::internal::SetFsyncForTesting(FsyncFailingFolders);
   const auto unsynced = client_->SetPoses(moves);
   syncs = 0;
-  cad::internal::SetFsyncForTesting(+[](int fd) {
-    ++syncs;
-    return fsync(fd);
-  });
+  cad::internal::SetFsyncForTesting(CountingFsync);
   const auto retried = client_->SetPoses(moves);
   const int retry_syncs = syncs;
   const auto again = client_->SetPoses(moves);
@@ -4088,14 +4089,7 @@ TEST_F(ServerTest, AnEditWhoseFolderCannotBeSyncedServesWhatItsFileHolds) {
   const uint64_t a = Place(scene, box, RigidTransform::Identity(), "a");
   const auto before = client_->GetScene(scene);
   ASSERT_THAT(before.status(), IsOk());
-  cad::internal::SetFsyncForTesting(+[](int fd) {
-    struct stat st {};
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-      errno = EIO;
-      return -1;
-    }
-    return fsync(fd);
-  });
+  cad::internal::SetFsyncForTesting(FsyncFailingFolders);
   v1::SetPosesRequest moves;
   moves.set_scene_id(scene);
   v1::PoseUpdate* u = moves.add_poses();
