@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "clash/geom/status_macros.h"
 #include "convert.h"
+#include "storage.h"
 
 namespace clash::server {
 namespace {
@@ -137,8 +138,8 @@ absl::Status StoreImportedAssembly(
   // 3. Room on disk for what is written below: the new parts (a part stored already, loaded
   // or not, or identical to one prepared above, writes nothing; one whose stored file is
   // missing or damaged is written again, and counted), and the assembly with the report's last
-  // two fields, set below.
-  std::uint64_t bytes = out.ByteSizeLong() + 32;
+  // two fields, set below (32 bytes at most), in its sealed file.
+  std::uint64_t bytes = out.ByteSizeLong() + 32 + kRecordHeaderBytes;
   for (const auto& p : prepared) {
     if (p) bytes += p->bytes.size();
   }

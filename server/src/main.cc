@@ -50,14 +50,17 @@ int main(int argc, char** argv) {
   app.add_option("--import-queue", config.import_queue, "Imports waiting beyond the slots")
       ->capture_default_str()
       ->check(CLI::Range(0, 10000));
+  // (CLI11 reads a negative value of an unsigned option as about 2^64: each range refuses it.)
   app.add_option("--max-upload-bytes", config.max_upload_bytes, "Largest CAD upload")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 50));
   app.add_option("--max-message-bytes", config.max_message_bytes, "Largest gRPC message")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1} << 20, std::size_t{2000} << 20));
   app.add_option("--max-part-triangles", config.max_part_triangles,
                  "Triangles of one uploaded part, or of all parts of an import")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
   app.add_option("--max-scene-instances", config.max_scene_instances,
                  "Instances one scene may hold")
       ->capture_default_str()
@@ -81,8 +84,10 @@ int main(int argc, char** argv) {
   app.add_option("--worker", config.worker_path,
                  "clash-cad-worker executable (default: next to clashd, or $CLASH_CAD_WORKER)");
   app.add_option("--import-memory-bytes", config.import_memory_bytes,
-                 "Address-space limit of an import worker")
-      ->capture_default_str();
+                 "Address-space limit of an import worker (at least 256 MiB: below about 96 MiB "
+                 "the worker cannot map OCCT's libraries)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{256} << 20, std::size_t{1} << 50));
   app.add_option("--shutdown-grace-seconds", config.shutdown_grace_seconds,
                  "On SIGTERM: time in-flight calls get before they are cancelled")
       ->envname("CLASHD_SHUTDOWN_GRACE_SECONDS")
@@ -103,11 +108,13 @@ int main(int argc, char** argv) {
                "grpc.health.v1 needs a token too (default: open for probes)");
   app.add_option("--tenant-max-storage-bytes", config.tenant_max_storage_bytes,
                  "Per-tenant bytes on disk (0: no quota)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 60));
   app.add_option("--import-cache-max-bytes", config.import_cache_max_bytes,
                  "Per-tenant bytes of the import cache (least recently used entries go first; "
                  "0: cache nothing)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 60));
   app.add_option("--tenant-max-concurrent-imports", config.tenant_max_concurrent_imports,
                  "Per-tenant imports uploading, waiting or running at once (-1: with --tokens "
                  "or --tls-client-ca, half of --import-slots plus --import-queue, else no "
@@ -144,7 +151,8 @@ int main(int argc, char** argv) {
                  "Classified pairs kept for later checks, in all scenes together (about 200 "
                  "bytes each); a scene that finds them spent empties the caches of idle scenes "
                  "first, then its own; 0: none kept")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 40));
   app.add_option("--pair-cache-idle-seconds", config.pair_cache_idle_seconds,
                  "How long a scene's pair cache must go unused before another scene whose "
                  "entry finds --pair-cache-entries spent may empty it")

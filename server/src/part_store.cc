@@ -283,7 +283,7 @@ std::vector<std::string> PartStore::ListIds(const std::string& after, std::size_
 absl::Status PartStore::PutAssembly(const v1::Assembly& assembly) {
   std::string bytes;
   assembly.SerializeToString(&bytes);
-  return WriteFileAtomically(AssemblyPath(assembly.assembly_id()), bytes);
+  return WriteFileAtomically(AssemblyPath(assembly.assembly_id()), SealRecord(bytes));
 }
 
 absl::StatusOr<v1::Assembly> PartStore::ReadAssembly(const std::string& id) const {
@@ -292,8 +292,12 @@ absl::StatusOr<v1::Assembly> PartStore::ReadAssembly(const std::string& id) cons
     return absl::NotFoundError(absl::StrCat("no assembly ", id));
   }
   if (!bytes.ok()) return bytes.status();
+  // (A file cut short at a field's end parses, with instances missing: the seal tells.)
+  const absl::StatusOr<std::string_view> payload = UnsealRecord(*bytes);
   v1::Assembly assembly;
-  if (!assembly.ParseFromString(*bytes) || assembly.assembly_id() != id) {
+  if (!payload.ok() ||
+      !assembly.ParseFromArray(payload->data(), static_cast<int>(payload->size())) ||
+      assembly.assembly_id() != id) {
     return absl::DataLossError(absl::StrCat("no assembly ", id, " (stored file damaged)"));
   }
   return assembly;

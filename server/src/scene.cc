@@ -293,9 +293,16 @@ std::string SceneStore::ScenePath(const std::string& id) const {
 
 absl::Status SceneStore::Load(const std::string& path, Scene& scene) {
   CLASH_ASSIGN_OR_RETURN(std::string bytes, ReadFileCapped(path, kMaxSceneFileBytes));
+  CLASH_ASSIGN_OR_RETURN(const std::string_view payload, UnsealRecord(bytes));
   store::v1::StoredScene stored;
-  if (!stored.ParseFromString(bytes) || stored.scene_id() != scene.id()) {
+  if (!stored.ParseFromArray(payload.data(), static_cast<int>(payload.size())) ||
+      stored.scene_id() != scene.id()) {
     return absl::DataLossError("scene file does not parse");
+  }
+  // (Every scene written has a version and hands out ids from 1: zeros are a file damaged in a
+  // way that still parses, as an older, unsealed one cut short can be.)
+  if (stored.version() == 0 || stored.next_instance_id() == 0) {
+    return absl::DataLossError("scene file has no version or next instance id");
   }
   scene.instances.clear();
   scene.by_path.clear();
@@ -462,7 +469,10 @@ absl::StatusOr<std::optional<std::string>> SceneStore::FirstUserOf(const std::st
     absl::StatusOr<std::string> bytes = ReadFileCapped(ScenePath(id), kMaxSceneFileBytes);
     if (absl::IsNotFound(bytes.status())) return std::nullopt;  // deleted meanwhile
     store::v1::StoredScene stored;
-    if (!bytes.ok() || !stored.ParseFromString(*bytes)) {
+    absl::StatusOr<std::string_view> payload =
+        bytes.ok() ? UnsealRecord(*bytes) : absl::StatusOr<std::string_view>(bytes.status());
+    if (!payload.ok() ||
+        !stored.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
       return absl::StrCat("scene ", id,
                           ", which is not served and whose file does not read (delete it)");
     }
@@ -559,7 +569,7 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
   }
   // What Load would refuse is not written, nor what `grows` refuses (and the edit is undone
   // below).
-  const std::size_t size = stored.ByteSizeLong();
+  const std::size_t size = stored.ByteSizeLong() + kRecordHeaderBytes;
   const std::string path = ScenePath(scene.id());
   absl::Status refused = size > kMaxSceneFileBytes
                              ? absl::ResourceExhaustedError(
@@ -578,7 +588,7 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
       !refused.ok() ? refused
       : !stored.SerializeToString(&bytes)
           ? absl::InternalError(absl::StrCat("scene ", scene.id(), " does not serialize"))
-          : WriteFileAtomically(path, bytes, &in_place);
+          : WriteFileAtomically(path, SealRecord(bytes), &in_place);
   if (!st.ok()) {
     // A refusal for room is the caller's answer; the rest is the server's trouble.
     if (!absl::IsResourceExhausted(refused)) {
@@ -668,7 +678,10 @@ std::size_t SceneStore::RetryUnserved(absl::Duration min_delay,
     {
       absl::StatusOr<std::string> bytes = ReadFileCapped(path, kMaxSceneFileBytes);
       store::v1::StoredScene stored;
-      if (bytes.ok() && stored.ParseFromString(*bytes)) {
+      absl::StatusOr<std::string_view> payload =
+          bytes.ok() ? UnsealRecord(*bytes) : absl::StatusOr<std::string_view>(bytes.status());
+      if (payload.ok() &&
+          stored.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
         std::set<std::string> tried;
         for (const store::v1::StoredInstance& si : stored.instances()) {
           if (!tried.insert(si.part_id()).second || parts_->Loaded(si.part_id())) continue;

@@ -942,6 +942,8 @@ struct ClashServer::Impl {
                            grpc::ServerReader<v1::ImportCadRequest>* reader,
                            v1::ImportCadResponse* response);
 
+  // Held until every other member is gone (declared first, destroyed last).
+  std::optional<DataFolderLock> data_lock;
   ServerConfig config;
   // Released last, once every thread serving calls has finished.
   std::optional<CpuLatencyGovernor> cpu_latency;
@@ -1372,17 +1374,34 @@ absl::Status ClashServer::Impl::DoImportCad(Tenant& t, grpc::ServerContext* ctx,
 
 absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConfig& config) {
   SetQuietLogging(config.quiet);
-  // (The flags' checks let NaN through: it compares false with every bound.)
-  for (const auto& [flag, seconds] :
+  // (The flags' checks let NaN through: it compares false with every bound. A NaN deadline
+  // would be no deadline at all.)
+  for (const auto& [flag, value] :
        {std::pair{"--pair-cache-idle-seconds", config.pair_cache_idle_seconds},
         std::pair{"--cpu-latency-idle-seconds", config.cpu_latency_idle_seconds},
-        std::pair{"--shutdown-grace-seconds", config.shutdown_grace_seconds}}) {
-    if (!(seconds >= 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, " must be a number of seconds >= 0, got ", seconds));
+        std::pair{"--shutdown-grace-seconds", config.shutdown_grace_seconds},
+        std::pair{"--unserved-scene-retry-seconds", config.unserved_scene_retry_seconds},
+        std::pair{"--tenant-requests-per-second", config.tenant_requests_per_second},
+        std::pair{"--tenant-burst", config.tenant_burst}}) {
+    if (!(value >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " must be a number >= 0, got ", value));
     }
   }
+  for (const auto& [flag, seconds] :
+       {std::pair{"--max-query-seconds", config.max_query_seconds},
+        std::pair{"--max-import-seconds", config.max_import_seconds},
+        std::pair{"--max-sequence-seconds", config.max_sequence_seconds}}) {
+    if (!(seconds > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " must be a number of seconds > 0, got ", seconds));
+    }
+  }
+  // The data folder is locked before anything in it is touched: a second server on it would
+  // empty the first's temporary folders as it opened the tenants, then overwrite its edits.
+  CLASH_RETURN_IF_ERROR(MakeDirs(config.data_dir));
+  CLASH_ASSIGN_OR_RETURN(DataFolderLock data_lock, DataFolderLock::Acquire(config.data_dir));
   auto impl = std::make_unique<Impl>(config);
+  impl->data_lock.emplace(std::move(data_lock));
   if (config.cpu_latency_us >= 0) {
     absl::StatusOr<CpuLatencyHold> hold = CpuLatencyHold::Acquire(config.cpu_latency_us);
     if (!hold.ok()) {
@@ -1516,6 +1535,8 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   builder.AddListeningPort(config.listen, credentials, &impl->port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  // Another process on the same port is an error at start, not a silent share of its calls.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 128);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);

@@ -1,6 +1,13 @@
 #include "storage.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -8,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clash/geom/status_macros.h"
+#include "openssl/sha.h"
 
 namespace clash::server {
 
@@ -58,5 +66,117 @@ bool FileGone(const std::string& path) {
 }
 
 absl::Status MakeDirs(const std::string& dir) { return cad::MakeDirsDurably(dir); }
+
+namespace {
+
+constexpr std::string_view kRecordMagic = "CLASHREC";
+constexpr uint32_t kRecordFormat = 1;
+
+void PutLittleEndian(uint64_t v, int bytes, std::string* out) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint64_t GetLittleEndian(std::string_view in, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
+  return v;
+}
+
+std::array<unsigned char, SHA256_DIGEST_LENGTH> Sha256Of(std::string_view bytes) {
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> digest;
+  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest.data());
+  return digest;
+}
+
+}  // namespace
+
+std::string SealRecord(std::string_view payload) {
+  std::string out;
+  out.reserve(kRecordHeaderBytes + payload.size());
+  out.append(kRecordMagic);
+  PutLittleEndian(kRecordFormat, 4, &out);
+  PutLittleEndian(payload.size(), 8, &out);
+  const auto digest = Sha256Of(payload);
+  out.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  out.append(payload);
+  return out;
+}
+
+absl::StatusOr<std::string_view> UnsealRecord(std::string_view file) {
+  static_assert(kRecordHeaderBytes == 8 + 4 + 8 + SHA256_DIGEST_LENGTH);
+  if (!file.starts_with(kRecordMagic.substr(0, std::min(file.size(), kRecordMagic.size())))) {
+    return file;  // written before records were sealed
+  }
+  if (file.size() < kRecordHeaderBytes || !file.starts_with(kRecordMagic)) {
+    return absl::DataLossError(
+        absl::StrCat("record file cut short in its header (", file.size(), " bytes)"));
+  }
+  const uint64_t format = GetLittleEndian(file.substr(8), 4);
+  if (format != kRecordFormat) {
+    return absl::DataLossError(absl::StrCat("record file of format ", format,
+                                            "; this clashd "
+                                            "reads format ",
+                                            kRecordFormat));
+  }
+  const uint64_t size = GetLittleEndian(file.substr(12), 8);
+  const std::string_view payload = file.substr(kRecordHeaderBytes);
+  if (payload.size() != size) {
+    return absl::DataLossError(absl::StrCat("record file holds ", payload.size(),
+                                            " bytes of payload; its header says ", size));
+  }
+  const auto digest = Sha256Of(payload);
+  if (file.substr(20, digest.size()) !=
+      std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size())) {
+    return absl::DataLossError("record file's payload does not match its hash (damaged)");
+  }
+  return payload;
+}
+
+absl::StatusOr<DataFolderLock> DataFolderLock::Acquire(const std::string& dir) {
+  const std::string path = dir + "/clashd.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  DataFolderLock lock(fd);  // closes it on every return below
+  int rc;
+  do {
+    rc = ::flock(fd, LOCK_EX | LOCK_NB);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int err = errno;
+    if (err != EWOULDBLOCK) {
+      return absl::InternalError(absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
+    }
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    std::string holder(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    holder.erase(
+        std::remove_if(holder.begin(), holder.end(), [](char c) { return c < '0' || c > '9'; }),
+        holder.end());
+    return absl::FailedPreconditionError(
+        absl::StrCat("the data folder ", dir, " is in use by another clashd",
+                     holder.empty() ? std::string() : absl::StrCat(" (pid ", holder, ")"), ": ",
+                     path, " is locked; one folder serves one server"));
+  }
+  // The holder's pid, for the message above (best effort: the lock is what counts).
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) == 0) {
+    [[maybe_unused]] const ssize_t written = ::pwrite(fd, pid.data(), pid.size(), 0);
+  }
+  return lock;
+}
+
+DataFolderLock& DataFolderLock::operator=(DataFolderLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+DataFolderLock::~DataFolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // (closing the last descriptor releases the lock)
+}
 
 }  // namespace clash::server

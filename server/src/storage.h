@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -47,5 +48,39 @@ using cad::WriteFileAtomically;
 
 /// Creates the folder and its parents, durably (cad::MakeDirsDurably). INTERNAL when that fails.
 [[nodiscard]] absl::Status MakeDirs(const std::string& dir);
+
+/// Record files (scenes, assemblies) are sealed: a header of kRecordHeaderBytes, the magic
+/// "CLASHREC", format 1 (4 bytes, little-endian), the payload's size (8 bytes) and its SHA-256,
+/// then the payload. A file cut short, at whatever byte, or damaged is then told from a whole one:
+/// a protobuf payload alone cut at a field's end still parses, as a record with fields missing.
+inline constexpr std::size_t kRecordHeaderBytes = 8 + 4 + 8 + 32;
+
+/// The sealed file of `payload`.
+[[nodiscard]] std::string SealRecord(std::string_view payload);
+
+/// The payload of a record file. A file written before records were sealed (a protobuf message
+/// whose first field, an id, is tag 0x0A, which no header starts with) is its own payload.
+/// DATA_LOSS when the header is damaged or the payload's size or hash differ from it.
+[[nodiscard]] absl::StatusOr<std::string_view> UnsealRecord(std::string_view file);
+
+/// An exclusive lock on a data folder ("<dir>/clashd.lock", flock), held while the object lives,
+/// so that two servers never write one folder: each would overwrite the other's acknowledged
+/// edits, and one starting would empty the other's temporary folders. The file holds the
+/// holder's pid, for the message. Not inherited by child processes (the CAD workers).
+class DataFolderLock {
+ public:
+  /// FAILED_PRECONDITION naming the holder's pid when another process holds the lock (or this
+  /// one, through another object); INTERNAL when the file cannot be opened or locked.
+  [[nodiscard]] static absl::StatusOr<DataFolderLock> Acquire(const std::string& dir);
+  DataFolderLock(DataFolderLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  DataFolderLock& operator=(DataFolderLock&& other) noexcept;
+  DataFolderLock(const DataFolderLock&) = delete;
+  DataFolderLock& operator=(const DataFolderLock&) = delete;
+  ~DataFolderLock();
+
+ private:
+  explicit DataFolderLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
 
 }  // namespace clash::server

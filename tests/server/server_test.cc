@@ -56,6 +56,7 @@
 #include "query_engine.h"
 #include "scene.h"
 #include "server/proto/store.pb.h"
+#include "storage.h"
 #include "testing/random_geometry.h"
 #include "testing/status_matchers.h"
 
@@ -968,12 +969,15 @@ TEST_F(ServerTest, MetricsScrapesAreNotHeldByIdleOrStalledClients) {
               ::testing::HasSubstr("clashd_pair_cache_entries"));
 }
 
-// Durations in seconds that the flags' checks let through (NaN compares false with every
-// bound) are refused at start; an infinite one is taken as "never".
+// Durations and rates that the flags' checks let through (NaN compares false with every
+// bound) are refused at start (a NaN deadline was no deadline); an infinite one is "never".
 TEST_F(ServerTest, NanDurationsAreRefusedAtStart) {
   for (double ServerConfig::*field :
        {&ServerConfig::pair_cache_idle_seconds, &ServerConfig::cpu_latency_idle_seconds,
-        &ServerConfig::shutdown_grace_seconds}) {
+        &ServerConfig::shutdown_grace_seconds, &ServerConfig::unserved_scene_retry_seconds,
+        &ServerConfig::tenant_requests_per_second, &ServerConfig::tenant_burst,
+        &ServerConfig::max_query_seconds, &ServerConfig::max_import_seconds,
+        &ServerConfig::max_sequence_seconds}) {
     ServerConfig config;
     config.listen = "127.0.0.1:0";
     config.metrics_listen = "";
@@ -981,12 +985,37 @@ TEST_F(ServerTest, NanDurationsAreRefusedAtStart) {
     config.quiet = true;
     config.*field = std::nan("");
     EXPECT_THAT(ClashServer::Start(config).status(),
-                StatusIs(absl::StatusCode::kInvalidArgument, "seconds >= 0"));
+                StatusIs(absl::StatusCode::kInvalidArgument, "must be a number"));
   }
   ServerConfig forever;
   forever.pair_cache_idle_seconds = std::numeric_limits<double>::infinity();
   Restart(forever);
   EXPECT_THAT(client_->CreateScene("still serving").status(), IsOk());
+}
+
+// One data folder serves one server: a second clashd on it is refused before it touches the
+// folder (before, both served it, each overwriting the other's acknowledged edits, and the
+// second's start emptied the first's temporary folders, in-flight uploads included). Nor may a
+// second server share the first's port. Once the first stops, the folder can be served again.
+TEST_F(ServerTest, ADataFolderAndAPortServeOneServer) {
+  const std::string scene = NewScene();
+  const std::filesystem::path in_flight = dir_ + "/data/tenants/local/tmp/upload-x";
+  std::filesystem::create_directories(in_flight);
+  ServerConfig second;
+  second.listen = "127.0.0.1:0";
+  second.metrics_listen = "";
+  second.data_dir = dir_ + "/data";
+  second.quiet = true;
+  EXPECT_THAT(ClashServer::Start(second).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       absl::StrCat("in use by another clashd (pid ", getpid(), ")")));
+  EXPECT_TRUE(std::filesystem::exists(in_flight));
+  second.data_dir = dir_ + "/other";
+  second.listen = absl::StrCat("127.0.0.1:", server_->port());
+  EXPECT_THAT(ClashServer::Start(second).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "cannot listen"));
+  Restart();  // the lock goes with the server, and the restarted one takes it
+  EXPECT_THAT(client_->GetScene(scene).status(), IsOk());
 }
 
 // Health Watch streams need no token by default and each holds a server thread while open:
@@ -2033,22 +2062,30 @@ TEST_F(ServerTest, ASceneFileWithRepeatedOrReusableIdsIsMovedAsideAsDamaged) {
   client_.reset();
   server_.reset();
   const std::string scenes = dir_ + "/data/tenants/local/scenes/";
+  // Rewrites a scene file, sealed again (as a server would write it, so that only the change
+  // is wrong) or not (as a server before sealed records wrote it).
   const auto rewrite = [&](const std::string& id,
-                           const std::function<void(store::v1::StoredScene&)>& change) {
+                           const std::function<void(store::v1::StoredScene&)>& change,
+                           bool seal = true) {
     store::v1::StoredScene stored;
     {
-      std::ifstream in(scenes + id + ".pb", std::ios::binary);
-      ASSERT_TRUE(stored.ParseFromIstream(&in));
+      const absl::StatusOr<std::string> file = ReadFileCapped(scenes + id + ".pb", 1 << 20);
+      ASSERT_THAT(file.status(), IsOk());
+      const absl::StatusOr<std::string_view> payload = UnsealRecord(*file);
+      ASSERT_THAT(payload.status(), IsOk());
+      ASSERT_TRUE(stored.ParseFromString(std::string(*payload)));
     }
     ASSERT_EQ(stored.instances_size(), 2);
     change(stored);
     std::ofstream out(scenes + id + ".pb", std::ios::binary | std::ios::trunc);
-    ASSERT_TRUE(stored.SerializeToOstream(&out));
+    const std::string payload = stored.SerializeAsString();
+    out << (seal ? SealRecord(payload) : payload);
   };
   rewrite(scene_ids[0], [](auto& s) { s.mutable_instances(1)->set_instance_id(1); });
   rewrite(scene_ids[1], [](auto& s) { s.mutable_instances(1)->set_path("a"); });
   rewrite(scene_ids[2], [](auto& s) { s.set_next_instance_id(2); });
-  rewrite(scene_ids[3], [](auto& s) { s.set_name("still fine"); });
+  rewrite(
+      scene_ids[3], [](auto& s) { s.set_name("still fine"); }, /*seal=*/false);
   Start();
   for (int k = 0; k < 3; ++k) {
     EXPECT_THAT(client_->GetScene(scene_ids[k]), StatusIs(absl::StatusCode::kNotFound, "")) << k;
@@ -2057,6 +2094,63 @@ TEST_F(ServerTest, ASceneFileWithRepeatedOrReusableIdsIsMovedAsideAsDamaged) {
   auto fine = client_->GetScene(scene_ids[3]);
   ASSERT_THAT(fine.status(), IsOk());
   EXPECT_EQ(fine->instance_count(), 2u);
+}
+
+// Scene and assembly files are sealed with their size and hash: one cut short is damaged, not a
+// record with fields missing. Before, a scene cut at an instance's end loaded without its last
+// instances (and the next edit stored that for good), one cut in its header handed out instance
+// ids again, and an assembly cut short placed some of its parts: clashes missed.
+TEST_F(ServerTest, AScenesOrAssemblysFileCutShortIsDamagedNotShorter) {
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  for (int i = 0; i < 4; ++i) {
+    Place(scene, box, RigidTransform::Translation(Vec3(5.0 * i, 0, 0)), absl::StrCat("b", i));
+  }
+  const std::string kept = NewScene();
+  Place(kept, box, RigidTransform::Identity(), "a");
+  client_.reset();
+  server_.reset();
+  const std::string file = dir_ + "/data/tenants/local/scenes/" + scene + ".pb";
+  const absl::StatusOr<std::string> read = ReadFileCapped(file, 1 << 20);
+  ASSERT_THAT(read.status(), IsOk());
+  const std::string& bytes = *read;
+  const absl::StatusOr<std::string_view> payload = UnsealRecord(bytes);
+  ASSERT_THAT(payload.status(), IsOk());
+  ASSERT_EQ(payload->size() + kRecordHeaderBytes, bytes.size());  // sealed
+  store::v1::StoredScene stored;
+  ASSERT_TRUE(stored.ParseFromString(std::string(*payload)));
+  ASSERT_EQ(stored.instances_size(), 4);
+  // Cut after its third instance: the payload alone would still parse.
+  stored.mutable_instances()->RemoveLast();
+  const std::size_t cut = kRecordHeaderBytes + stored.ByteSizeLong();
+  ASSERT_EQ(stored.SerializeAsString(), bytes.substr(kRecordHeaderBytes, stored.ByteSizeLong()));
+  std::filesystem::resize_file(file, cut);
+  for (std::size_t at : {std::size_t{0}, std::size_t{5}, kRecordHeaderBytes - 1}) {
+    EXPECT_THAT(UnsealRecord(std::string_view(bytes).substr(0, at)).status(),
+                StatusIs(absl::StatusCode::kDataLoss, ""))
+        << at;
+  }
+  std::string flipped = bytes;
+  flipped.back() ^= 1;
+  EXPECT_THAT(UnsealRecord(flipped).status(), StatusIs(absl::StatusCode::kDataLoss, "hash"));
+  Start();
+  EXPECT_THAT(client_->GetScene(scene), StatusIs(absl::StatusCode::kNotFound, ""));
+  EXPECT_TRUE(std::filesystem::exists(file + ".damaged"));
+  EXPECT_THAT(client_->GetScene(kept).status(), IsOk());
+
+  const std::string as1 = std::string(CLASH_CAD_DATA_DIR) + "/as1-oc-214-mat.stp";
+  if (!std::filesystem::exists(as1)) GTEST_SKIP() << "no " << as1 << " (../shared absent)";
+  auto imported = client_->ImportCad(as1);
+  ASSERT_THAT(imported.status(), IsOk());
+  const std::string assembly = imported->assembly().assembly_id();
+  const std::string assembly_file = dir_ + "/data/tenants/local/assemblies/" + assembly + ".pb";
+  ASSERT_TRUE(std::filesystem::exists(assembly_file));
+  std::filesystem::resize_file(assembly_file, std::filesystem::file_size(assembly_file) / 2);
+  EXPECT_THAT(client_->GetAssembly(assembly).status(), StatusIs(absl::StatusCode::kNotFound, ""));
+  v1::AddInstancesRequest add;
+  add.set_scene_id(kept);
+  add.add_assemblies()->set_assembly_id(assembly);
+  EXPECT_THAT(client_->AddInstances(add).status(), StatusIs(absl::StatusCode::kNotFound, ""));
 }
 
 // At a start, a scene file that does not parse is moved aside as damaged, but one that cannot
