@@ -7,6 +7,7 @@
 
 #include "Eigen/Geometry"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "log.h"
 
 namespace clash::server {
@@ -52,8 +53,9 @@ absl::StatusOr<geom::RigidTransform> PoseFromProto(const v1::Pose& pose, std::st
             std::string(what), ": quaternion is zero (leave the rotation unset for the identity)"));
       }
       if (std::abs(norm - 1.0) > 1e-6) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(std::string(what), ": quaternion norm ", norm, " is not 1 (within 1e-6)"));
+        return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": quaternion norm ",
+                                                       absl::StrFormat("%.10g", norm),
+                                                       " is not 1 (within 1e-6)"));
       }
       X.R = quat.normalized().toRotationMatrix();
       break;

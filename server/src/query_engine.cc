@@ -61,8 +61,10 @@ class PosedScene {
       if (rec == nullptr) {
         return absl::NotFoundError(absl::StrCat("no instance ", u.instance_id(), " in scene"));
       }
-      CLASH_ASSIGN_OR_RETURN(RigidTransform X,
-                             PoseFromUpdate(u, absl::StrCat("pose of ", rec->path)));
+      const std::string what = absl::StrCat("pose of ", rec->path);
+      CLASH_ASSIGN_OR_RETURN(RigidTransform X, PoseFromUpdate(u, what));
+      // As a stored pose: beyond the broad phase's reach the arithmetic keeps no precision.
+      CLASH_RETURN_IF_ERROR(scene.CheckPlaceable(*rec->part, X, what));
       ps.overrides_[rec->id] = X;
     }
     return ps;
@@ -563,15 +565,16 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     return *fingerprint;
   };
   if (!request.page_token().empty()) {
-    if (token.version != scene.version) {
-      return absl::FailedPreconditionError(absl::StrCat("page_token is from scene version ",
-                                                        token.version, "; the scene is now at ",
-                                                        scene.version, ": start again"));
-    }
+    // The request first: a token of another scene's listing is no older version of this one.
     if (token.fingerprint != fingerprint_of_request()) {
       return absl::InvalidArgumentError(
           "page_token is from another request: every field but page_size and page_token must "
           "be as in the request that gave it");
+    }
+    if (token.version != scene.version) {
+      return absl::FailedPreconditionError(absl::StrCat("page_token is from scene version ",
+                                                        token.version, "; the scene is now at ",
+                                                        scene.version, ": start again"));
     }
   }
   CLASH_ASSIGN_OR_RETURN(PosedScene posed, PosedScene::Make(scene, request.pose_overrides()));
@@ -785,8 +788,17 @@ absl::StatusOr<v1::InterferenceResponse> RunInterference(const Scene& scene,
     return p.path_hi() < q.path_hi();
   });
   const std::size_t begin = std::min(token.offset, clashes.size());
-  const std::size_t end = std::min(begin + page_size, clashes.size());
-  for (std::size_t i = begin; i < end; ++i) *response.add_clashes() = to_message(clashes[i]);
+  std::size_t end = std::min(begin + page_size, clashes.size());
+  std::size_t page_bytes = 0;
+  for (std::size_t i = begin; i < end; ++i) {
+    if (page_bytes > limits.max_page_bytes) {  // the rest on the next page
+      end = i;
+      break;
+    }
+    v1::Clash* c = response.add_clashes();
+    *c = to_message(clashes[i]);
+    page_bytes += c->ByteSizeLong() + 8;
+  }
   if (end < clashes.size()) {
     response.set_next_page_token(FormatPageToken({scene.version, end, fingerprint_of_request()}));
   }
@@ -1108,9 +1120,20 @@ absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickReque
 
   v1::PickResponse response;
   response.set_scene_version(scene.version);
+  // Counted as the hits are listed, so that an answer gRPC could not send (long instance
+  // paths times many rays) is refused before it is built.
+  std::size_t answer_bytes = 0;
   for (const Hit& h : hits) {
     v1::PickHit* out = response.add_hits();
+    answer_bytes += 4;
     if (!h.hit) continue;
+    answer_bytes += 128 + h.rec->path.size() + h.rec->part->info.part_id().size();
+    if (answer_bytes > limits.max_answer_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the answer to ", hits.size(), " rays would take more than ", limits.max_answer_bytes,
+          " bytes (--max-message-bytes; the hit instances' paths are long): cast fewer rays "
+          "per call"));
+    }
     const geom::RayHit& best = *h.hit;
     out->set_hit(true);
     out->set_instance_id(h.rec->id);

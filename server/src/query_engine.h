@@ -29,6 +29,11 @@ struct QueryLimits {
   /// run: about 40 and 140 bytes each). Distance: pairs within the bound (24 bytes each).
   std::size_t max_candidate_pairs = std::size_t{1} << 24;
   std::size_t max_clashes = std::size_t{1} << 22;
+  /// Interference: a page ends at page_size clashes or once its clashes take more than this
+  /// many bytes (instance paths may be long), whichever comes first; it always holds one.
+  std::size_t max_page_bytes = std::size_t{64} << 20;
+  /// Pick: RESOURCE_EXHAUSTED when the answer would take more than this many bytes.
+  std::size_t max_answer_bytes = std::size_t{256} << 20;
 };
 
 /// INVALID_ARGUMENT for a negative or non-finite contact tolerance or clearance.
@@ -108,7 +113,8 @@ class AllowRules {
                                                                const QueryLimits& limits = {});
 
 /// Ray picks; the rays are cast through `helpers` when given (on idle query slots too), else
-/// on this thread; the answer is the same either way.
+/// on this thread; the answer is the same either way. RESOURCE_EXHAUSTED when the answer would
+/// take more than limits.max_answer_bytes.
 [[nodiscard]] absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene,
                                                        const v1::PickRequest& request,
                                                        const StopCheck& stop,

@@ -166,7 +166,24 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
             absl::StrCat(rec->path, " is moved by steps ", step_of[rec->id] + 1, " and ", k + 1));
       }
     }
-    CLASH_RETURN_IF_ERROR(motion_of(k).status());
+    CLASH_ASSIGN_OR_RETURN(const geom::Motion motion, motion_of(k));
+    // Everywhere the group goes must be within the broad phase's reach, as a pose must: beyond
+    // it the arithmetic keeps no precision (a motion of 1e200 mm passed through obstacles with
+    // τ infinite). The group's box in its first mover's frame, carried along the motion.
+    const InstanceRec* first = movers[k].front();
+    const RigidTransform X_first_inv = first->X_WP.Inverse();
+    geom::Aabb group;
+    for (const InstanceRec* rec : movers[k]) {
+      group.Add(rec->part->geom->bounds().Transformed(X_first_inv * rec->X_WP));
+    }
+    const double travel =
+        motion.MaxTravel(0, 1, geom::Sphere{group.Center(), 0.5 * group.Diagonal()});
+    if (!scene.tree.Accepts(group.Transformed(motion.start()).Inflated(travel))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step ", k + 1, " (", first->path, "): the motion carries its parts beyond what the ",
+          "broad phase holds (coordinates of more than ", geom::DynamicAabbTree::kMaxCoordinateMm,
+          " mm)"));
+    }
   }
   // Staged instances, within a budget: a few bytes of request naming the whole scene many
   // times (an empty selector names every instance) must not take minutes past the deadline.
@@ -185,7 +202,11 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
                                                        "]); an empty selector names every "
                                                        "instance"));
     }
-    for (const InstanceRec* rec : recs) staged[rec->id] = X;
+    for (const InstanceRec* rec : recs) {
+      CLASH_RETURN_IF_ERROR(
+          scene.CheckPlaceable(*rec->part, X, absl::StrCat("staged[", i, "] (", rec->path, ")")));
+      staged[rec->id] = X;
+    }
   }
   AllowRules global_rules;
   CLASH_RETURN_IF_ERROR(CheckWholePairRules(request.allowed(), "the sequence's"));

@@ -491,6 +491,10 @@ struct ClashServer::Impl {
                            v1::ListPartsResponse* response) override {
       return impl_->Serve(ctx, "ListParts", [&](Tenant& t) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 100, 1000));
+        // A token is the last part id listed; anything else would read as the end of the list.
+        if (!request->page_token().empty() && !PartStore::IsPartId(request->page_token())) {
+          return absl::InvalidArgumentError("malformed page_token");
+        }
         const std::vector<std::string> ids = t.parts().ListIds(request->page_token(), n + 1);
         const StopCheck stop = MakeStop(ctx, CallDeadline(ctx, impl_->config.max_query_seconds));
         for (std::size_t i = 0; i < ids.size() && i < n; ++i) {
@@ -593,6 +597,10 @@ struct ClashServer::Impl {
                             v1::ListScenesResponse* response) override {
       return impl_->Serve(ctx, "ListScenes", [&](Tenant& t) -> absl::Status {
         CLASH_ASSIGN_OR_RETURN(std::size_t n, PageSize(request->page_size(), 100, 1000));
+        // A token is the last scene id listed; anything else would read as the end of the list.
+        if (!request->page_token().empty() && !IsHexId(request->page_token(), 's')) {
+          return absl::InvalidArgumentError("malformed page_token");
+        }
         const auto scenes = t.scenes().List(request->page_token(), n + 1);
         const absl::Time deadline = CallDeadline(ctx, impl_->config.max_query_seconds);
         std::size_t bytes = 0;
@@ -765,7 +773,7 @@ struct ClashServer::Impl {
             t, ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
               CLASH_ASSIGN_OR_RETURN(
                   *response,
-                  RunInterference(scene, *request, stop, QueryLimits{}, &impl_->query_helpers));
+                  RunInterference(scene, *request, stop, impl_->Limits(), &impl_->query_helpers));
               return absl::OkStatus();
             });
       });
@@ -785,8 +793,8 @@ struct ClashServer::Impl {
       return impl_->Serve(ctx, "PickRays", [&](Tenant& t) {
         return impl_->RunQuery(
             t, ctx, request->scene_id(), [&](const Scene& scene, const StopCheck& stop) {
-              CLASH_ASSIGN_OR_RETURN(
-                  *response, RunPick(scene, *request, stop, QueryLimits{}, &impl_->query_helpers));
+              CLASH_ASSIGN_OR_RETURN(*response, RunPick(scene, *request, stop, impl_->Limits(),
+                                                        &impl_->query_helpers));
               return absl::OkStatus();
             });
       });
@@ -812,14 +820,32 @@ struct ClashServer::Impl {
             [&](const Scene& scene, const StopCheck& stop) {
               // A write that fails (the client gone, the call cancelled) stops the work.
               std::atomic<bool> closed = false;
+              // An event gRPC could not send (a step moving or blocked by very many instances
+              // with long paths) ends the call with a status that says so, not a closed stream.
+              absl::Status unsendable;
               const StopCheck stop_or_closed = [&]() -> absl::Status {
+                if (!unsendable.ok()) return unsendable;
                 if (closed) return absl::CancelledError("the stream to the client is closed");
                 return stop();
               };
-              return RunSequence(scene, *request, stop_or_closed,
-                                 [&](const v1::ValidateSequenceEvent& e) {
-                                   if (!writer->Write(e)) closed = true;
-                                 });
+              absl::Status run = RunSequence(
+                  scene, *request, stop_or_closed, [&](const v1::ValidateSequenceEvent& e) {
+                    if (!unsendable.ok() || closed) return;
+                    const std::size_t bytes = e.ByteSizeLong();
+                    if (bytes > impl_->config.max_message_bytes) {
+                      unsendable = absl::ResourceExhaustedError(absl::StrCat(
+                          e.has_step()
+                              ? absl::StrCat("step ", e.step().step_index() + 1, "'s result")
+                              : std::string("an event"),
+                          " takes ", bytes, " bytes, above the server's --max-message-bytes (",
+                          impl_->config.max_message_bytes,
+                          "): its movers or blockers are too many, or their paths too long; "
+                          "split the step"));
+                      return;
+                    }
+                    if (!writer->Write(e)) closed = true;
+                  });
+              return unsendable.ok() ? run : unsendable;
             },
             impl_->config.max_sequence_seconds);
         if (watchdog.Finish()) {
@@ -879,6 +905,14 @@ struct ClashServer::Impl {
   // The bytes at which a listing's page ends (the rest on the next page), far within the
   // message limit.
   [[nodiscard]] std::size_t PageBytes() const { return config.max_message_bytes / 4; }
+  /// The queries' limits: pages of a quarter of the message limit, as the listings, and a
+  /// pick's answer within it (with room for the response's own fields).
+  [[nodiscard]] QueryLimits Limits() const {
+    QueryLimits limits;
+    limits.max_page_bytes = PageBytes();
+    limits.max_answer_bytes = config.max_message_bytes - (std::size_t{64} << 10);
+    return limits;
+  }
 
   // Applies an all-or-nothing edit: `edit` validates before it changes anything; the change is
   // on disk before the reply. An edit that changes nothing keeps the version and writes nothing.
@@ -1125,8 +1159,9 @@ absl::Status ClashServer::Impl::DoAddInstances(Tenant& t, const grpc::ServerCont
       }
       ++next_id;
       if (taken(item.path)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("an instance with path '", item.path, "' exists already"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "an instance with path '", item.path, "' ",
+            scene.by_path.contains(item.path) ? "exists already" : "comes twice in this request"));
       }
       new_paths.insert(item.path);
       for (const std::string& g : item.groups) {

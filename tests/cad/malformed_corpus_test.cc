@@ -145,8 +145,11 @@ std::vector<CorpusFile> MakeCorpus(const std::string& valid) {
                "mesh: deflection 1e-07 mm is below the floor"});
   TessellationOptions fine_rel;
   fine_rel.relative_deflection = 1e-9;
-  c.push_back(
-      {"relative deflection below the floor", valid, fine_rel, {kInvalid}, "mesh: deflection"});
+  c.push_back({"relative deflection below the floor",
+               valid,
+               fine_rel,
+               {kInvalid},
+               "relative_deflection must be at least 1e-05"});
   return c;
 }
 

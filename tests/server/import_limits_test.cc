@@ -295,9 +295,13 @@ TEST_F(ImportLimitsTest, BadTessellationOptionsAreRefusedBeforeTheWorker) {
     double linear, relative, angular;
     const char* field;
   } kBad[] = {
-      {kNan, 0, 0, "linear_deflection_mm"},   {-1, 0, 0, "linear_deflection_mm"},
-      {0, kNan, 0, "relative_deflection"},    {0, -0.01, 0, "relative_deflection"},
-      {0, 0, kNan, "angular_deflection_rad"}, {0, 0, -0.1, "angular_deflection_rad"},
+      {kNan, 0, 0, "linear_deflection_mm"},
+      {-1, 0, 0, "linear_deflection_mm"},
+      {0, kNan, 0, "relative_deflection"},
+      {0, -0.01, 0, "relative_deflection"},
+      {0, 1e-6, 0, "relative_deflection must be at least 1e-05"},
+      {0, 0, kNan, "angular_deflection_rad"},
+      {0, 0, -0.1, "angular_deflection_rad"},
       {0, 0, 3.5, "angular_deflection_rad"},
   };
   for (const auto& bad : kBad) {

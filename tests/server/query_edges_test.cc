@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "convert.h"
 #include "query_engine.h"
@@ -129,6 +130,119 @@ TEST_F(QueryEdgesTest, RayOriginsBeyondReachAreRefused) {
   ASSERT_EQ(hit->hits_size(), 1);
   EXPECT_TRUE(hit->hits(0).hit());
   EXPECT_NEAR(hit->hits(0).distance_mm(), 45.0, 1e-9);
+}
+
+// A query's pose overrides are held to the reach a stored pose is (before, two cubes overridden
+// to 1e200 mm, where they coincide, were CONTACT, and a distance to one there was not found).
+TEST_F(QueryEdgesTest, PoseOverridesBeyondReachAreRefused) {
+  const uint64_t a = Add("a", MakeBox(Vec3(5, 5, 5)), Vec3(0, 0, 0));
+  Add("b", MakeBox(Vec3(5, 5, 5)), Vec3(5, 0, 0));
+  const auto no_stop = [] { return absl::OkStatus(); };
+  v1::PoseUpdate far;
+  far.set_instance_id(a);
+  ToProto(geom::RigidTransform::Translation(Vec3(1e200, 0, 0)), far.mutable_pose());
+  v1::InterferenceRequest check;
+  *check.add_pose_overrides() = far;
+  EXPECT_THAT(RunInterference(*scene_, check, no_stop).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "pose of a places the part beyond"));
+  v1::DistanceRequest distance;
+  *distance.add_pose_overrides() = far;
+  EXPECT_THAT(RunDistance(*scene_, distance, no_stop).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "pose of a places the part beyond"));
+  ToProto(geom::RigidTransform::Translation(Vec3(5, 1, 1)), far.mutable_pose());
+  *check.mutable_pose_overrides(0) = far;
+  const v1::InterferenceResponse r = Check(check);
+  ASSERT_EQ(r.clashes_size(), 1);
+  EXPECT_EQ(r.clashes(0).clash_class(), v1::HARD);
+}
+
+// A page token of another scene's listing is INVALID_ARGUMENT (another request), not
+// FAILED_PRECONDITION (start again), which no retry on this scene could mend.
+TEST_F(QueryEdgesTest, APageTokenOfAnotherSceneIsAnotherRequest) {
+  for (int i = 0; i < 3; ++i) Add("c" + std::to_string(i), MakeBox(Vec3(1, 1, 1)), Vec3(i, 0, 0));
+  v1::InterferenceRequest request;
+  request.set_scene_id("s1");
+  request.set_page_size(1);
+  const absl::StatusOr<v1::InterferenceResponse> first =
+      RunInterference(*scene_, request, [] { return absl::OkStatus(); });
+  ASSERT_THAT(first.status(), IsOk());
+  ASSERT_FALSE(first->next_page_token().empty());
+  Scene other("s2");
+  other.version = scene_->version + 1;
+  AddInstance(other, "x", MakeBox(Vec3(1, 1, 1)), Vec3(0, 0, 0));
+  request.set_scene_id("s2");
+  request.set_page_token(first->next_page_token());
+  EXPECT_THAT(RunInterference(other, request, [] { return absl::OkStatus(); }).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "another request"));
+  request.set_scene_id("s1");
+  ++scene_->version;  // this scene changed: start again
+  EXPECT_THAT(RunInterference(*scene_, request, [] { return absl::OkStatus(); }).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "start again"));
+}
+
+// A page of clashes ends at its byte budget as well as at page_size: instance paths of up to
+// 64 KiB times 10000 clashes made a page gRPC could not send, so the query failed at any page
+// size the client did not lower. The pages together are the single page's list, in order.
+TEST_F(QueryEdgesTest, AnInterferencePageEndsAtItsByteBudget) {
+  const std::string long_name(2000, 'x');
+  for (int i = 0; i < 12; ++i) {  // a row of cubes, each overlapping the next
+    Add(long_name + std::to_string(i + 10), MakeBox(Vec3(1, 1, 1)), Vec3(1.5 * i, 0, 0));
+  }
+  v1::InterferenceRequest request;
+  request.mutable_tolerances()->set_contact_tolerance_mm(0.01);
+  request.set_page_size(10000);
+  const auto no_stop = [] { return absl::OkStatus(); };
+  const absl::StatusOr<v1::InterferenceResponse> whole = RunInterference(*scene_, request, no_stop);
+  ASSERT_THAT(whole.status(), IsOk());
+  ASSERT_EQ(whole->clashes_size(), 11);
+  EXPECT_TRUE(whole->next_page_token().empty());
+  QueryLimits limits;
+  limits.max_page_bytes = 20000;  // a clash takes about 8 KB here (paths, part ids): 3 a page
+  std::vector<std::string> ids;
+  int pages = 0;
+  do {
+    const absl::StatusOr<v1::InterferenceResponse> page =
+        RunInterference(*scene_, request, no_stop, limits);
+    ASSERT_THAT(page.status(), IsOk());
+    ASSERT_GE(page->clashes_size(), 1);
+    EXPECT_LE(page->clashes_size(), 3);
+    for (const v1::Clash& c : page->clashes()) ids.push_back(c.clash_id());
+    request.set_page_token(page->next_page_token());
+    ++pages;
+  } while (!request.page_token().empty() && pages < 20);
+  EXPECT_EQ(pages, 4);
+  ASSERT_EQ(ids.size(), 11U);
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(ids[i], whole->clashes(i).clash_id()) << i;
+  limits.max_page_bytes = 0;  // a page always holds one clash
+  request.clear_page_token();
+  const absl::StatusOr<v1::InterferenceResponse> one =
+      RunInterference(*scene_, request, no_stop, limits);
+  ASSERT_THAT(one.status(), IsOk());
+  EXPECT_EQ(one->clashes_size(), 1);
+  EXPECT_FALSE(one->next_page_token().empty());
+}
+
+// A pick whose answer would not fit the message limit (long paths times many rays) is
+// RESOURCE_EXHAUSTED before the answer is built, saying what to do; a smaller batch is answered.
+TEST_F(QueryEdgesTest, APickAnswerBeyondTheMessageLimitIsRefused) {
+  Add(std::string(5000, 'p'), MakeBox(Vec3(5, 5, 5)), Vec3(0, 0, 0));
+  v1::PickRequest request;
+  for (int i = 0; i < 100; ++i) {
+    v1::Ray* ray = request.add_rays();
+    ToProto(Vec3(0.01 * i, 0, 50), ray->mutable_origin_mm());
+    ToProto(Vec3(0, 0, -1), ray->mutable_direction());
+  }
+  const auto no_stop = [] { return absl::OkStatus(); };
+  QueryLimits limits;
+  limits.max_answer_bytes = 500'000;  // 100 hits of about 10 KB each (path and part id)
+  EXPECT_THAT(RunPick(*scene_, request, no_stop, limits).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "cast fewer rays"));
+  request.mutable_rays()->DeleteSubrange(30, 70);
+  const absl::StatusOr<v1::PickResponse> r = RunPick(*scene_, request, no_stop, limits);
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_EQ(r->hits_size(), 30);
+  for (const v1::PickHit& h : r->hits()) EXPECT_TRUE(h.hit());
+  EXPECT_LE(r->ByteSizeLong(), limits.max_answer_bytes);
 }
 
 }  // namespace

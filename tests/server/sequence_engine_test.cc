@@ -275,6 +275,45 @@ TEST(SequenceEngine, AStepReportsTheContactToleranceItUsedAndAFreeStepItsInstall
   EXPECT_NEAR(steps[0].contact_tolerance_mm(), 100.0, 1e-6);
 }
 
+// A motion that carries its parts beyond the broad phase's reach is INVALID_ARGUMENT before any
+// step runs, as a pose there is: a travel of 1e200 mm passed through an obstacle with τ
+// infinite and answered ok. So is a keyframe offset or a staged pose out there; 1e6 mm is fine.
+TEST(SequenceEngine, MotionsAndStagedPosesBeyondReachAreRefused) {
+  BoxScene scene;
+  scene.Add("a", Vec3(1, 1, 1), Vec3(0, 0, 0));
+  scene.Add("wall", Vec3(1, 10, 10), Vec3(-5, 0, 0));
+  scene.Add("later", Vec3(1, 1, 1), Vec3(0, 50, 0));
+  v1::ValidateSequenceRequest req = InstallAlongX("a", 1e200);
+  std::vector<v1::StepResult> steps;
+  EXPECT_THAT(scene.RunStatus(req, &steps),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "beyond what the broad"));
+  EXPECT_TRUE(steps.empty());
+  req.mutable_steps(0)->mutable_motion()->mutable_linear()->set_distance_mm(1e6);
+  steps = scene.Run(req);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_FALSE(steps[0].ok());  // through the wall
+  v1::Motion* m = req.mutable_steps(0)->mutable_motion();
+  m->clear_linear();
+  for (double t : {0.0, 1.0}) {
+    v1::KeyframePath::Keyframe* k = m->mutable_path()->add_keyframes();
+    k->set_t(t);
+    ToProto(RigidTransform::Translation(Vec3(t == 0 ? -1e200 : 0, 0, 0)), k->mutable_offset());
+  }
+  EXPECT_THAT(scene.RunStatus(req, &steps),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "step 1 (a)"));
+  m->mutable_path()->mutable_keyframes(0)->mutable_offset()->mutable_translation_mm()->set_x(-20);
+  v1::StagedInstance* staged = req.add_staged();
+  staged->mutable_instances()->add_path_prefixes("later");
+  ToProto(RigidTransform::Translation(Vec3(0, 1e200, 0)), staged->mutable_pose());
+  EXPECT_THAT(scene.RunStatus(req, &steps),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "staged[0] (later)"));
+  req.clear_staged();
+  steps.clear();
+  EXPECT_THAT(scene.RunStatus(req, &steps), IsOk());
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_FALSE(steps[0].ok());
+}
+
 // A keyframe path is bounded (each moving instance's motion shares it, but one path may not
 // hold millions of poses), and a very long direction vector is still a direction.
 TEST(SequenceEngine, KeyframePathsAreBoundedAndDirectionsAnyLength) {

@@ -729,6 +729,9 @@ TEST_F(ServerTest, BadPosesAreInvalidArgumentAndChangeNothing) {
   u->mutable_pose()->mutable_translation_mm()->set_x(1);
   u->mutable_pose()->mutable_quaternion()->set_w(2);
   EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "norm"));
+  u->mutable_pose()->mutable_quaternion()->set_w(1.000002);  // its norm said "1 is not 1"
+  EXPECT_THAT(client_->SetPoses(req),
+              StatusIs(absl::StatusCode::kInvalidArgument, "norm 1.000002 is not 1"));
   v1::RotationMatrix* m = u->mutable_pose()->mutable_matrix();
   for (double v : {1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, -1.0}) m->add_rows(v);  // a mirror
   EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "rotation"));
@@ -772,6 +775,10 @@ TEST_F(ServerTest, BadPosesAreInvalidArgumentAndChangeNothing) {
   dup.add_parts()->set_part_id(part);
   dup.mutable_parts(0)->set_path("cube");
   EXPECT_THAT(client_->AddInstances(dup), StatusIs(absl::StatusCode::kInvalidArgument, "exists"));
+  dup.mutable_parts(0)->set_path("twice");  // in one request: not "exists already"
+  *dup.add_parts() = dup.parts(0);
+  EXPECT_THAT(client_->AddInstances(dup),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'twice' comes twice in this request"));
 
   const auto after = client_->GetScene(scene);
   ASSERT_THAT(after.status(), IsOk());
@@ -2731,6 +2738,35 @@ TEST_F(ServerTest, AddInstancesIsBoundedBeforeItBuildsAnything) {
   EXPECT_EQ(added->instances_size(), 180);
 }
 
+// A step whose result gRPC could not send (its movers' paths alone above --max-message-bytes)
+// ends the call with RESOURCE_EXHAUSTED saying what to do, not a closed stream; a step within
+// the limit is answered.
+TEST_F(ServerTest, AStepResultAboveTheMessageLimitIsRefusedClearly) {
+  ServerConfig config;
+  config.max_message_bytes = std::size_t{1} << 20;
+  Restart(config);
+  const std::string box = Upload(MakeBox(Vec3(1, 1, 1)), "box");
+  const std::string scene = NewScene();
+  for (int i = 0; i < 20; ++i) {  // 20 movers of ~60 KB paths: 1.2 MB of moving_paths
+    Place(scene, box, RigidTransform::Translation(Vec3(10.0 * i, 0, 0)),
+          "big/" + std::to_string(i) + std::string(60000, 'x'));
+  }
+  for (int i = 0; i < 5; ++i) {
+    Place(scene, box, RigidTransform::Translation(Vec3(10.0 * i, 100, 0)),
+          "small/" + std::to_string(i) + std::string(60000, 'x'));
+  }
+  v1::ValidateSequenceRequest req;
+  req.set_scene_id(scene);
+  AddInstallStep(&req, "big", 1);
+  EXPECT_THAT(client_->ValidateSequence(req).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "split the step"));
+  req.clear_steps();
+  AddInstallStep(&req, "small", 1);
+  const v1::StepResult step = OnlyStep(req);
+  EXPECT_TRUE(step.ok());
+  EXPECT_EQ(step.moving_paths_size(), 5);
+}
+
 // An imported assembly holds its parts: they go once it is deleted (and no scene places them);
 // importing the file again brings both back under the same ids. DeletePart's reading of the
 // assembly files (while the tenant's other writes wait for it) stops at the call's deadline:
@@ -3636,6 +3672,21 @@ TEST_F(ServerTest, ListingsEndPagesBeforeTheMessageLimit) {
   const auto every = client_->ListScenes();
   ASSERT_THAT(every.status(), IsOk());
   EXPECT_EQ(every->size(), 8u);
+  // A token that is no scene or part id is refused: an empty page read as the end of the list.
+  list_scenes.set_page_token("zzz");
+  grpc::ClientContext ctx5;
+  EXPECT_EQ(scenes->ListScenes(&ctx5, list_scenes, &scene_page).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  auto parts = v1::PartService::NewStub(server_->grpc_server()->InProcessChannel({}));
+  v1::ListPartsRequest list_parts;
+  list_parts.set_page_token("garbage!");
+  grpc::ClientContext ctx6;
+  v1::ListPartsResponse part_page;
+  EXPECT_EQ(parts->ListParts(&ctx6, list_parts, &part_page).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  list_parts.set_page_token(box);  // a part id: the parts after it
+  grpc::ClientContext ctx7;
+  EXPECT_TRUE(parts->ListParts(&ctx7, list_parts, &part_page).ok());
 }
 
 // A scene has at most 10 000 groups (GetScene lists each); an instance added without a path

@@ -21,6 +21,11 @@ absl::Status ValidateTessellationOptions(const TessellationOptions& options) {
                      "linear_deflection_mm == 0), got ",
                      options.relative_deflection));
   }
+  if (options.linear_deflection_mm == 0 && options.relative_deflection < kMinRelativeDeflection) {
+    return absl::InvalidArgumentError(absl::StrCat("relative_deflection must be at least ",
+                                                   kMinRelativeDeflection, ", got ",
+                                                   options.relative_deflection));
+  }
   if (!std::isfinite(options.angular_deflection_rad) || options.angular_deflection_rad <= 0 ||
       options.angular_deflection_rad >= std::numbers::pi) {
     return absl::InvalidArgumentError(absl::StrCat(
