@@ -282,8 +282,11 @@ std::vector<std::string> PartStore::ListIds(const std::string& after, std::size_
 
 absl::Status PartStore::PutAssembly(const v1::Assembly& assembly) {
   std::string bytes;
-  assembly.SerializeToString(&bytes);
-  return WriteFileAtomically(AssemblyPath(assembly.assembly_id()), SealRecord(bytes));
+  if (!SerializeSealed(assembly, &bytes)) {
+    return absl::InternalError(
+        absl::StrCat("assembly ", assembly.assembly_id(), " does not serialize"));
+  }
+  return WriteFileAtomically(AssemblyPath(assembly.assembly_id()), bytes);
 }
 
 absl::StatusOr<v1::Assembly> PartStore::ReadAssembly(const std::string& id) const {

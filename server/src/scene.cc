@@ -586,9 +586,9 @@ absl::Status SceneStore::Commit(Scene& scene, const GrowthCheck& grows) {
   bool in_place = false;
   absl::Status st =
       !refused.ok() ? refused
-      : !stored.SerializeToString(&bytes)
+      : !SerializeSealed(stored, &bytes)
           ? absl::InternalError(absl::StrCat("scene ", scene.id(), " does not serialize"))
-          : WriteFileAtomically(path, SealRecord(bytes), &in_place);
+          : WriteFileAtomically(path, bytes, &in_place);
   if (!st.ok()) {
     // A refusal for room is the caller's answer; the rest is the server's trouble.
     if (!absl::IsResourceExhausted(refused)) {

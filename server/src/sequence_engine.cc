@@ -203,8 +203,12 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
                                                        "instance"));
     }
     for (const InstanceRec* rec : recs) {
-      CLASH_RETURN_IF_ERROR(
-          scene.CheckPlaceable(*rec->part, X, absl::StrCat("staged[", i, "] (", rec->path, ")")));
+      // (The message, with a path of up to 64 KiB, only for a refusal: an entry may name every
+      // instance, and the entries millions of times in all.)
+      if (!scene.tree.Accepts(rec->part->geom->bounds().Transformed(X))) {
+        return scene.CheckPlaceable(*rec->part, X,
+                                    absl::StrCat("staged[", i, "] (", rec->path, ")"));
+      }
       staged[rec->id] = X;
     }
   }

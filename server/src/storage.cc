@@ -90,15 +90,22 @@ std::array<unsigned char, SHA256_DIGEST_LENGTH> Sha256Of(std::string_view bytes)
 
 }  // namespace
 
-std::string SealRecord(std::string_view payload) {
-  std::string out;
-  out.reserve(kRecordHeaderBytes + payload.size());
-  out.append(kRecordMagic);
-  PutLittleEndian(kRecordFormat, 4, &out);
-  PutLittleEndian(payload.size(), 8, &out);
+void SealRecordInPlace(std::string* record) {
+  const std::string_view payload = std::string_view(*record).substr(kRecordHeaderBytes);
+  std::string header;
+  header.reserve(kRecordHeaderBytes);
+  header.append(kRecordMagic);
+  PutLittleEndian(kRecordFormat, 4, &header);
+  PutLittleEndian(payload.size(), 8, &header);
   const auto digest = Sha256Of(payload);
-  out.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  header.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  record->replace(0, kRecordHeaderBytes, header);
+}
+
+std::string SealRecord(std::string_view payload) {
+  std::string out(kRecordHeaderBytes, '\0');
   out.append(payload);
+  SealRecordInPlace(&out);
   return out;
 }
 

@@ -58,6 +58,19 @@ inline constexpr std::size_t kRecordHeaderBytes = 8 + 4 + 8 + 32;
 /// The sealed file of `payload`.
 [[nodiscard]] std::string SealRecord(std::string_view payload);
 
+/// Seals `record` in place: it holds kRecordHeaderBytes (of any value) then the payload, as
+/// serializing after that many bytes makes it, which saves SealRecord's copy of the payload.
+void SealRecordInPlace(std::string* record);
+
+/// The sealed file of a protobuf message; false when it does not serialize.
+template <class Message>
+[[nodiscard]] bool SerializeSealed(const Message& message, std::string* out) {
+  out->assign(kRecordHeaderBytes, '\0');
+  if (!message.AppendToString(out)) return false;
+  SealRecordInPlace(out);
+  return true;
+}
+
 /// The payload of a record file. A file written before records were sealed (a protobuf message
 /// whose first field, an id, is tag 0x0A, which no header starts with) is its own payload.
 /// DATA_LOSS when the header is damaged or the payload's size or hash differ from it.

@@ -300,7 +300,8 @@ TEST(SequenceEngine, MotionsAndStagedPosesBeyondReachAreRefused) {
     ToProto(RigidTransform::Translation(Vec3(t == 0 ? -1e200 : 0, 0, 0)), k->mutable_offset());
   }
   EXPECT_THAT(scene.RunStatus(req, &steps),
-              testing::StatusIs(absl::StatusCode::kInvalidArgument, "step 1 (a)"));
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                "step 1 (a): the motion carries its parts beyond"));
   m->mutable_path()->mutable_keyframes(0)->mutable_offset()->mutable_translation_mm()->set_x(-20);
   v1::StagedInstance* staged = req.add_staged();
   staged->mutable_instances()->add_path_prefixes("later");
