@@ -23,6 +23,7 @@ using testing::AxisAngle;
 using testing::BruteDistance;
 using testing::MakeBlob;
 using testing::MakeBox;
+using testing::MakeBoxWithSliver;
 using testing::MakeCylinder;
 using testing::MakeSubdividedBox;
 using testing::MakeTube;
@@ -702,6 +703,24 @@ TEST(ClassifyPair, ASolidGivenInsideOutBesideAnotherClassifiesLikeOutward) {
   EXPECT_NEAR(want.depth_mm, 0.5, kExact);
   EXPECT_EQ(got.cls, want.cls);
   EXPECT_EQ(got.depth_mm, want.depth_mm);
+}
+
+// A small cube wholly inside a box whose tessellation closes a T-junction with a zero-area
+// sliver is CONTAINED, as in the plain box. Creation once dropped the sliver before counting
+// edges, so the box was open, had no inside, and the pair was CLEAR: a missed collision.
+TEST(ClassifyPair, APartInsideAMeshWithATJunctionSliverIsContained) {
+  const PartPtr box = MakeBoxWithSliver(Vec3(10, 10, 10)).Part();
+  const PartPtr plain = MakeBox(Vec3(10, 10, 10)).Part();
+  const PartPtr small = MakeBox(Vec3(1, 1, 1)).Part();
+  EXPECT_TRUE(box->mesh().IsClosed());
+  const RigidTransform X_small = At(Vec3(2, -3, 1));
+  const PairClassification want = ClassifyPair(*small, X_small, *plain, {}, Tol(0.01));
+  const PairClassification got = ClassifyPair(*small, X_small, *box, {}, Tol(0.01));
+  EXPECT_EQ(want.cls, ClashClass::kContained);
+  EXPECT_EQ(got.cls, ClashClass::kContained);
+  EXPECT_EQ(got.containment, Containment::kAInsideB);
+  EXPECT_NEAR(got.depth_mm, want.depth_mm, kExact);
+  EXPECT_NEAR(got.depth_mm, 6.0, kExact);  // the cube's -y face (y = -4) to the wall (-10)
 }
 
 // A closed mesh given inside out (every triangle wound the other way) is turned outward at

@@ -14,6 +14,7 @@ namespace {
 
 using testing::IsOk;
 using testing::MakeBox;
+using testing::MakeBoxWithSliver;
 using testing::MakeCylinder;
 using testing::MakeSubdividedBox;
 using testing::RawMesh;
@@ -182,6 +183,56 @@ TEST(TriangleMesh, FindsTheShellsOfAClosedMesh) {
   auto open = MakeBox(Vec3(1, 1, 1));
   open.t.pop_back();
   EXPECT_TRUE(open.Build().shells().empty());
+}
+
+// Tessellators close T-junctions with zero-area slivers: the sliver is dropped from the
+// geometry, but its edges count. Dropping it before the edge count left the split edge's three
+// pieces used once each, so a watertight box was open (and a part inside it was CLEAR).
+TEST(TriangleMesh, SliverClosingATJunctionKeepsTheMeshClosed) {
+  const RawMesh raw = MakeBoxWithSliver(Vec3(10, 10, 10));
+  const TriangleMesh m = raw.Build();
+  EXPECT_EQ(m.stats().degenerate_triangles, 1u);
+  EXPECT_EQ(m.num_triangles(), raw.t.size() - 1);
+  EXPECT_EQ(m.vertices().size(), 9u);
+  EXPECT_EQ(m.stats().boundary_edges, 0u);
+  EXPECT_TRUE(m.stats().closed);
+  EXPECT_TRUE(m.IsClosed());
+  ASSERT_EQ(m.shells().size(), 1u);
+  EXPECT_EQ(m.shells()[0].bounds.min, Vec3(-10, -10, -10));
+  EXPECT_EQ(m.shells()[0].bounds.max, Vec3(10, 10, 10));
+  EXPECT_NEAR(m.SignedVolume(), 8000, 1e-9);
+  // Given inside out (the sliver too), it is turned as a whole.
+  const TriangleMesh turned = raw.Reversed().Build();
+  EXPECT_TRUE(turned.IsClosed());
+  EXPECT_TRUE(turned.stats().turned_outward);
+  EXPECT_NEAR(turned.SignedVolume(), 8000, 1e-9);
+
+  // A flat closed "shell" of slivers alone ({a, b, c} and {a, c, b}, collinear) has no surface:
+  // it neither opens the mesh nor becomes a shell.
+  RawMesh flat = raw;
+  const uint32_t a = static_cast<uint32_t>(flat.v.size());
+  flat.v.insert(flat.v.end(), {Vec3(30, 0, 0), Vec3(31, 0, 0), Vec3(33, 0, 0)});
+  flat.t.push_back({a, a + 1, a + 2});
+  flat.t.push_back({a, a + 2, a + 1});
+  const TriangleMesh with_flat = flat.Build();
+  EXPECT_TRUE(with_flat.IsClosed());
+  EXPECT_EQ(with_flat.shells().size(), 1u);
+  EXPECT_EQ(with_flat.stats().degenerate_triangles, 3u);
+  EXPECT_EQ(with_flat.stats().unused_vertices, 3u);
+
+  // Holes stay holes: without the triangle across the split edge (the sliver's only partner
+  // on edge 0-1), or without the sliver (the T-junction is a gap), the mesh is open.
+  RawMesh hole = raw;
+  hole.t.erase(std::find(hole.t.begin(), hole.t.end(), TriangleMesh::Index3{0, 1, 4}));
+  const TriangleMesh holed = hole.Build();
+  EXPECT_FALSE(holed.stats().closed);
+  EXPECT_FALSE(holed.IsClosed());
+  EXPECT_GT(holed.stats().boundary_edges, 0u);
+  EXPECT_TRUE(holed.shells().empty());
+  RawMesh gap = raw;
+  gap.t.pop_back();
+  EXPECT_FALSE(gap.Build().IsClosed());
+  EXPECT_EQ(gap.Build().stats().boundary_edges, 3u);
 }
 
 // The weld and the degenerate-area threshold scale with the vertices the triangles use: a

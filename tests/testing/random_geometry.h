@@ -151,6 +151,28 @@ inline RawMesh MakeBox(const Vec3& h, const Vec3& c = Vec3::Zero()) {
   return m;
 }
 
+/// A closed box [-h, h] as a tessellator closing a T-junction gives it: the -z face's triangle
+/// {0, 2, 1} split at the midpoint M of its edge 0-1 (vertex 8) into {0, 2, M} and {M, 2, 1},
+/// and the T-junction against the -y face's edge 0-1 closed by the zero-area triangle
+/// {0, M, 1} (the last one). Watertight: every edge has one use each way.
+inline RawMesh MakeBoxWithSliver(const Vec3& h) {
+  RawMesh m = MakeBox(h);
+  const uint32_t mid = static_cast<uint32_t>(m.v.size());
+  m.v.push_back(0.5 * (m.v[0] + m.v[1]));
+  std::vector<TriangleMesh::Index3> t;
+  for (const TriangleMesh::Index3& f : m.t) {
+    if (f == TriangleMesh::Index3{0, 2, 1}) {
+      t.push_back({0, 2, mid});
+      t.push_back({mid, 2, 1});
+    } else {
+      t.push_back(f);
+    }
+  }
+  t.push_back({0, mid, 1});
+  m.t = std::move(t);
+  return m;
+}
+
 /// A box subdivided into n x n quads per face (closed, 12 n^2 triangles).
 inline RawMesh MakeSubdividedBox(const Vec3& h, int n) {
   RawMesh m;

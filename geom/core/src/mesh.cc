@@ -81,9 +81,10 @@ std::vector<uint32_t> Weld(const std::vector<Vec3>& v, double tol, std::size_t* 
 // shell: the nesting test costs a pass over the triangles per shell that fits in another's box.
 constexpr std::size_t kMaxOrientedShells = 64;
 
-// Counts edge uses: closedness and orientation. For a closed mesh, also joins the two
-// triangles of every edge in `parent` (a union-find forest over the triangles, roots the
-// smallest index): its trees are the shells.
+// Counts edge uses into `stats` (its edge counts, closed and oriented are set afresh):
+// closedness and orientation. For an oriented mesh, also fills `parent` with a union-find
+// forest over the triangles joining the two triangles of every edge, every node pointing
+// straight at its root, the smallest index of its tree: the trees are the shells.
 void AnalyseEdges(const std::vector<TriangleMesh::Index3>& tris, MeshStats* stats,
                   std::vector<uint32_t>* parent) {
   struct Use {
@@ -91,6 +92,8 @@ void AnalyseEdges(const std::vector<TriangleMesh::Index3>& tris, MeshStats* stat
     int32_t balance = 0;       // +1 for each use lo->hi, -1 for hi->lo
     uint32_t tri[2] = {0, 0};  // the first two triangles using it
   };
+  stats->boundary_edges = stats->nonmanifold_edges = stats->misoriented_edges = 0;
+  parent->clear();
   std::unordered_map<uint64_t, Use> edges;
   edges.reserve(tris.size() * 2);
   for (uint32_t ti = 0; ti < tris.size(); ++ti) {
@@ -122,28 +125,32 @@ void AnalyseEdges(const std::vector<TriangleMesh::Index3>& tris, MeshStats* stat
     const uint32_t x = root(u.tri[0]), y = root(u.tri[1]);
     if (x != y) (*parent)[std::max(x, y)] = std::min(x, y);
   }
+  // A parent's index is below its child's (unions and path halving only ever point to a
+  // smaller index), so in increasing order the parent already points at its root.
+  for (uint32_t t = 0; t < tris.size(); ++t) (*parent)[t] = (*parent)[(*parent)[t]];
 }
 
-// The shells of a closed mesh from the forest of AnalyseEdges: triangles joined through their
-// edges, so solids that only touch at a vertex are separate shells. Ordered by their first
-// triangle (first_tri); each shell's vertex is that triangle's first. tri_shell: the shell of
-// each triangle.
+// The shells of a closed mesh: its triangles grouped by `component` (one id per triangle, the
+// edge-connected piece it belongs to), so solids that only touch at a vertex are separate
+// shells. Ordered by their first triangle (first_tri); each shell's vertex is that triangle's
+// first. tri_shell: the shell of each triangle.
 std::vector<MeshShell> FindShells(const std::vector<Vec3>& vertices,
                                   const std::vector<TriangleMesh::Index3>& tris,
-                                  const std::vector<uint32_t>& parent,
+                                  const std::vector<uint32_t>& component,
                                   std::vector<uint32_t>* tri_shell,
                                   std::vector<uint32_t>* first_tri) {
   std::vector<MeshShell> shells;
+  constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+  std::vector<uint32_t> shell_of(
+      component.empty() ? 0 : *std::max_element(component.begin(), component.end()) + 1, kNone);
   tri_shell->resize(tris.size());
   for (uint32_t t = 0; t < tris.size(); ++t) {
-    // A parent's index is below its child's (unions and path halving only ever point to a
-    // smaller index), so the parent's shell is known: roots start shells.
-    if (parent[t] == t) {
+    uint32_t& s = shell_of[component[t]];
+    if (s == kNone) {
+      s = static_cast<uint32_t>(shells.size());
       first_tri->push_back(t);
       shells.push_back({Aabb(), tris[t][0]});
     }
-    const uint32_t s =
-        parent[t] == t ? static_cast<uint32_t>(shells.size() - 1) : (*tri_shell)[parent[t]];
     (*tri_shell)[t] = s;
     for (uint32_t v : tris[t]) shells[s].bounds.Add(vertices[v]);
   }
@@ -248,21 +255,33 @@ absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
   m.stats_.input_triangles = triangles.size();
   std::vector<uint32_t> rep = Weld(vertices, tol, &m.stats_.welded_vertices);
 
-  // Keep the non-degenerate triangles, then compact the vertices they use.
+  // Keep the non-degenerate triangles, then compact the vertices they use. The edge analysis
+  // below sees every welded triangle with three distinct vertices, the zero-area ones among
+  // them: tessellators close T-junctions with collinear slivers, and without them the edges
+  // along the sliver are each used once (the mesh looked open, so its inside was never tested).
   const double min_cross =
       2.0 * options.degenerate_relative_area * diag * diag;  // bound on |cross| = 2 * area
   std::vector<uint32_t> new_index(vertices.size(), UINT32_MAX);
+  std::vector<Index3> welded;          // input vertex numbers
+  std::vector<uint32_t> welded_index;  // the index in `welded` of each kept triangle
+  welded.reserve(triangles.size());
+  welded_index.reserve(triangles.size());
   m.triangles_.reserve(triangles.size());
   m.tags_.reserve(triangles.size());
   m.source_index_.reserve(triangles.size());
   for (std::size_t i = 0; i < triangles.size(); ++i) {
     Index3 t = {rep[triangles[i][0]], rep[triangles[i][1]], rep[triangles[i][2]]};
-    if (t[0] == t[1] || t[1] == t[2] || t[2] == t[0] ||
-        !((vertices[t[1]] - vertices[t[0]]).cross(vertices[t[2]] - vertices[t[0]]).norm() >
+    if (t[0] == t[1] || t[1] == t[2] || t[2] == t[0]) {
+      ++m.stats_.degenerate_triangles;
+      continue;
+    }
+    welded.push_back(t);
+    if (!((vertices[t[1]] - vertices[t[0]]).cross(vertices[t[2]] - vertices[t[0]]).norm() >
           min_cross)) {
       ++m.stats_.degenerate_triangles;
       continue;
     }
+    welded_index.push_back(static_cast<uint32_t>(welded.size() - 1));
     for (uint32_t& k : t) {
       if (new_index[k] == UINT32_MAX) {
         new_index[k] = static_cast<uint32_t>(m.vertices_.size());
@@ -287,10 +306,28 @@ absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
   m.source_index_.shrink_to_fit();
   for (const Vec3& p : m.vertices_) m.bounds_.Add(p);
   std::vector<uint32_t> shell_forest;
-  AnalyseEdges(m.triangles_, &m.stats_, &shell_forest);
+  AnalyseEdges(welded, &m.stats_, &shell_forest);
+  if (!m.stats_.oriented && welded.size() > m.triangles_.size()) {
+    // A stray sliver on an edge of a closed surface (its other edges used by nothing else)
+    // opens the count although it adds no surface: the kept triangles alone decide then.
+    MeshStats kept = m.stats_;
+    std::vector<uint32_t> kept_forest;
+    AnalyseEdges(m.triangles_, &kept, &kept_forest);
+    if (kept.oriented) {
+      m.stats_ = kept;
+      shell_forest = std::move(kept_forest);
+      std::iota(welded_index.begin(), welded_index.end(), 0u);
+    }
+  }
+  welded = {};
   if (m.stats_.oriented) {
-    std::vector<uint32_t> tri_shell, first_tri;
-    m.shells_ = FindShells(m.vertices_, m.triangles_, shell_forest, &tri_shell, &first_tri);
+    // The shells hold the kept triangles, joined through the slivers too; a shell of slivers
+    // alone has no surface and is none.
+    std::vector<uint32_t> component(m.triangles_.size()), tri_shell, first_tri;
+    for (std::size_t t = 0; t < component.size(); ++t) {
+      component[t] = shell_forest[welded_index[t]];
+    }
+    m.shells_ = FindShells(m.vertices_, m.triangles_, component, &tri_shell, &first_tri);
     if (m.shells_.size() <= kMaxOrientedShells) {
       m.stats_.shells_turned =
           OrientShells(m.vertices_, &m.triangles_, m.shells_, tri_shell, first_tri);

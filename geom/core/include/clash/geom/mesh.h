@@ -38,8 +38,11 @@ struct MeshStats {
   std::size_t boundary_edges = 0;        ///< Edges used by one triangle.
   std::size_t nonmanifold_edges = 0;     ///< Edges used by more than two triangles.
   std::size_t misoriented_edges = 0;     ///< Two-triangle edges traversed the same way by both.
-  bool closed = false;                   ///< Every edge is shared by exactly two triangles.
-  bool oriented = false;                 ///< Closed, and every edge is used once each way.
+  /// Every edge is shared by exactly two triangles. Counted on the welded triangles with three
+  /// distinct vertices, zero-area slivers included (they close T-junctions), or, when that
+  /// count is not oriented, on the kept triangles alone (a stray sliver adds no surface).
+  bool closed = false;
+  bool oriented = false;  ///< Closed, and every edge is used once each way.
   /// Closed and oriented but inside out: every triangle's winding was reversed, so that
   /// normals face out of the material as the containment tests assume.
   bool turned_outward = false;
