@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "mesh_internal.h"
 #include "testing/random_geometry.h"
 #include "testing/status_matchers.h"
 
@@ -19,6 +20,8 @@ using testing::MakeCylinder;
 using testing::MakeSubdividedBox;
 using testing::RawMesh;
 using testing::StatusIs;
+using testing::Trials;
+using testing::Uniform;
 
 TEST(TriangleMesh, ClosedBoxHasVolumeAndArea) {
   TriangleMesh m = MakeBox(Vec3(1, 2, 3)).Build();
@@ -251,6 +254,84 @@ TEST(TriangleMesh, UnusedVerticesDoNotScaleTheWeld) {
     EXPECT_EQ(m->num_triangles(), box.t.size()) << far;
     EXPECT_TRUE(m->IsClosed()) << far;
   }
+}
+
+// The weld against a brute-force oracle: each vertex goes to the first representative before
+// it (in input order) within the tolerance. Clusters of points a fraction of the tolerance
+// apart, near the origin, far from it, and with a tolerance so small against the extent that
+// the grid is coarsened (more than 2^60 tolerances across).
+TEST(Weld, AgreesWithBruteForce) {
+  auto rng = testing::SeededRng(4242);
+  const int trials = Trials(60, 8);
+  int merging = 0;
+  for (int i = 0; i < trials; ++i) {
+    const double extent = std::pow(10.0, Uniform(rng, -2, 4));
+    const Vec3 offset = i % 3 == 0   ? Vec3::Zero()
+                        : i % 3 == 1 ? testing::RandomPoint(rng, 1e14)
+                                     : testing::RandomPoint(rng, extent * 1e21);
+    const double tol = i % 3 == 2 ? extent * 1e-20 : extent * Uniform(rng, 1e-3, 3e-2);
+    std::vector<Vec3> v;
+    const int clusters = 1 + static_cast<int>(rng() % 40);
+    for (int c = 0; c < clusters; ++c) {
+      const Vec3 centre = testing::RandomPoint(rng, extent);
+      for (int k = 1 + static_cast<int>(rng() % 6); k > 0; --k) {
+        v.push_back(offset + centre + testing::RandomPoint(rng, tol));
+      }
+    }
+    Aabb bounds;
+    for (const Vec3& p : v) bounds.Add(p);
+    const internal::WeldResult got = internal::Weld(v, bounds, tol);
+    std::vector<uint32_t> reps, want(v.size());
+    for (uint32_t j = 0; j < v.size(); ++j) {
+      want[j] = j;
+      for (uint32_t r : reps) {
+        if ((v[r] - v[j]).squaredNorm() <= tol * tol) {
+          want[j] = r;
+          break;
+        }
+      }
+      if (want[j] == j) reps.push_back(j);
+    }
+    SCOPED_TRACE(::testing::Message() << "trial " << i << " tol " << tol);
+    EXPECT_EQ(got.rep, want);
+    EXPECT_EQ(got.merged, v.size() - reps.size());
+    merging += got.merged > 0;
+  }
+  // Clusters within 2 tol mostly weld something: the comparison is not vacuous.
+  EXPECT_GT(merging, trials / 2);
+}
+
+// Far from the origin a mesh welds as at the origin. Cell numbers counted from the origin
+// overflowed int64 there (undefined behaviour; x86 gave every vertex the same cell, and a
+// 39k-vertex box took 1.1 s to weld instead of 0.04 s): cells count from the bounds' corner.
+TEST(Weld, FarFromTheOriginWeldsAsAtTheOrigin) {
+  const RawMesh box = MakeSubdividedBox(Vec3(5, 5, 5), 40);  // grid step 0.25: exact at 1e14
+  const TriangleMesh at_origin = box.Build();
+  for (const Vec3& offset : {Vec3(1e14, 1e14, 1e14), Vec3(-3e13, 1e14, 7e12)}) {
+    SCOPED_TRACE(::testing::Message() << offset.transpose());
+    const RawMesh far = box.Transformed(RigidTransform::Translation(offset));
+    const TriangleMesh m = far.Build();
+    EXPECT_TRUE(m.IsClosed());
+    EXPECT_EQ(m.stats().welded_vertices, at_origin.stats().welded_vertices);
+    EXPECT_EQ(m.vertices().size(), at_origin.vertices().size());
+    EXPECT_EQ(m.shells().size(), 1u);
+    // Every representative in a cell of its own (they are 0.25 apart, the cells ~1e-6 wide).
+    Aabb bounds;
+    for (const Vec3& p : far.v) bounds.Add(p);
+    const double tol = MeshOptions().weld_relative * bounds.Diagonal();
+    const internal::WeldResult w = internal::Weld(far.v, bounds, tol);
+    EXPECT_EQ(w.merged, at_origin.stats().welded_vertices);
+    EXPECT_EQ(w.largest_cell, 1u);
+    EXPECT_EQ(w.cells, at_origin.vertices().size());
+  }
+  // With tolerance 0 (identical positions only) as well, beyond 2^63 unit cells.
+  MeshOptions exact;
+  exact.weld_tolerance_mm = 0.0;
+  const RawMesh big = MakeSubdividedBox(Vec3(5e20, 5e20, 5e20), 40);
+  const TriangleMesh huge =
+      big.Transformed(RigidTransform::Translation(Vec3(1e30, 0, -1e30))).Build(exact);
+  EXPECT_EQ(huge.stats().welded_vertices, big.Build(exact).stats().welded_vertices);
+  EXPECT_TRUE(huge.IsClosed());
 }
 
 // Faces tessellated separately (duplicated seam vertices) become one closed solid.

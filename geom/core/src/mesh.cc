@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "mesh_internal.h"
 
 namespace clash::geom {
 namespace {
@@ -25,57 +26,94 @@ struct CellHash {
   }
 };
 
-// Maps each input vertex to a representative: vertices within `tol` of a representative
-// (found in the 27 grid cells around it) are merged into it, in input order. With tol == 0
-// only identical positions merge.
-std::vector<uint32_t> Weld(const std::vector<Vec3>& v, double tol, std::size_t* out_merged) {
-  std::vector<uint32_t> rep(v.size());
+// The bits of a position (-0 as +0), equal exactly when the positions compare equal.
+std::array<int64_t, 3> PositionKey(const Vec3& p) {
+  std::array<int64_t, 3> key;
+  for (int k = 0; k < 3; ++k) {
+    const double x = p[k] == 0.0 ? 0.0 : p[k];
+    std::memcpy(&key[k], &x, sizeof x);
+  }
+  return key;
+}
+
+}  // namespace
+
+namespace internal {
+
+WeldResult Weld(const std::vector<Vec3>& v, const Aabb& bounds, double tol) {
+  WeldResult out;
+  out.rep.resize(v.size());
   std::unordered_map<std::array<int64_t, 3>, std::vector<uint32_t>, CellHash> grid;
   grid.reserve(v.size());
-  const double cell = tol > 0 ? tol : 1.0;
+  if (!(tol > 0.0)) {
+    // Only identical positions merge: keyed by their bits, wherever they are.
+    for (uint32_t i = 0; i < v.size(); ++i) {
+      std::vector<uint32_t>& same = grid[PositionKey(v[i])];
+      out.rep[i] = same.empty() ? i : same.front();
+      if (same.empty()) {
+        same.push_back(i);
+      } else {
+        ++out.merged;
+      }
+    }
+    out.cells = grid.size();
+    out.largest_cell = v.empty() ? 0 : 1;
+    return out;
+  }
+  // Cells of side `cell` >= tol counted from the bounds' minimum corner, so that a vertex
+  // within tol of another is in one of the 27 cells around it. Counted from the origin, cell
+  // numbers overflowed int64 far from it (undefined behaviour) and, with coordinates coarser
+  // than the cell, every vertex fell into one cell (a quadratic weld). Here a cell number is
+  // at most kMaxCells, so its neighbours' numbers never overflow; a mesh wider than kMaxCells
+  // tolerances gets coarser cells.
+  constexpr double kMaxCells = 0x1p60;
+  const Aabb box = bounds.Inflated(tol);
+  const double extent = box.IsEmpty() ? 0.0 : box.Size().maxCoeff();
+  const double cell = extent / tol > kMaxCells ? extent / kMaxCells : tol;
   const double tol2 = tol * tol;
-  std::size_t merged = 0;
   for (uint32_t i = 0; i < v.size(); ++i) {
+    out.rep[i] = i;
+    // Vertices outside the inflated bounds are farther than tol from every vertex inside
+    // (unused ones, as in a shared buffer): they stay alone.
+    if (!box.Contains(v[i])) continue;
     std::array<int64_t, 3> c;
-    for (int k = 0; k < 3; ++k) c[k] = static_cast<int64_t>(std::floor(v[i][k] / cell));
-    int64_t found = -1;
-    if (tol > 0) {
-      for (int dx = -1; dx <= 1 && found < 0; ++dx) {
-        for (int dy = -1; dy <= 1 && found < 0; ++dy) {
-          for (int dz = -1; dz <= 1 && found < 0; ++dz) {
-            auto it = grid.find({c[0] + dx, c[1] + dy, c[2] + dz});
-            if (it == grid.end()) continue;
-            for (uint32_t r : it->second) {
-              if ((v[r] - v[i]).squaredNorm() <= tol2) {
-                found = r;
-                break;
-              }
+    for (int k = 0; k < 3; ++k) {
+      const double q = std::floor((v[i][k] - box.min[k]) / cell);  // NaN when cell is inf
+      c[k] = q > 0.0 ? static_cast<int64_t>(std::min(q, kMaxCells)) : 0;
+    }
+    // The first vertex in input order within tol (independent of the cells' layout).
+    uint32_t found = i;
+    for (int dx = -1; dx <= 1; ++dx) {
+      for (int dy = -1; dy <= 1; ++dy) {
+        for (int dz = -1; dz <= 1; ++dz) {
+          auto it = grid.find({c[0] + dx, c[1] + dy, c[2] + dz});
+          if (it == grid.end()) continue;
+          for (uint32_t r : it->second) {
+            if (r >= found) break;  // each cell holds its vertices in input order
+            if ((v[r] - v[i]).squaredNorm() <= tol2) {
+              found = r;
+              break;
             }
           }
         }
       }
-    } else {
-      auto it = grid.find(c);
-      if (it != grid.end()) {
-        for (uint32_t r : it->second) {
-          if (v[r] == v[i]) {
-            found = r;
-            break;
-          }
-        }
-      }
     }
-    if (found >= 0) {
-      rep[i] = static_cast<uint32_t>(found);
-      ++merged;
+    if (found != i) {
+      out.rep[i] = found;
+      ++out.merged;
     } else {
-      rep[i] = i;
-      grid[c].push_back(i);
+      std::vector<uint32_t>& in_cell = grid[c];
+      in_cell.push_back(i);
+      out.largest_cell = std::max(out.largest_cell, in_cell.size());
     }
   }
-  *out_merged = merged;
-  return rep;
+  out.cells = grid.size();
+  return out;
 }
+
+}  // namespace internal
+
+namespace {
 
 // Meshes of more shells are turned as a whole (by the sign of their total volume), not shell by
 // shell: the nesting test costs a pass over the triangles per shell that fits in another's box.
@@ -253,7 +291,9 @@ absl::StatusOr<TriangleMesh> TriangleMesh::Create(std::vector<Vec3> vertices,
   TriangleMesh m;
   m.stats_.input_vertices = vertices.size();
   m.stats_.input_triangles = triangles.size();
-  std::vector<uint32_t> rep = Weld(vertices, tol, &m.stats_.welded_vertices);
+  internal::WeldResult weld = internal::Weld(vertices, bounds, tol);
+  m.stats_.welded_vertices = weld.merged;
+  const std::vector<uint32_t> rep = std::move(weld.rep);
 
   // Keep the non-degenerate triangles, then compact the vertices they use. The edge analysis
   // below sees every welded triangle with three distinct vertices, the zero-area ones among
