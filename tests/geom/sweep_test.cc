@@ -407,6 +407,26 @@ TEST(Sweep, StartPoseInsideAnObstacleIsBlockedAtZero) {
   EXPECT_EQ(r.blocking_classes, std::vector<ClashClass>{ClashClass::kContained});
 }
 
+// A cube swept through a wall of half size X / 100 centred at X, for X up to 1e100: blocked
+// where it meets the wall. From X = 1e80 the separating-axis travel bound overflowed to NaN and
+// counted as "never within the margin", so the sweep stepped over the wall and reported the
+// path free while the pose halfway is inside it.
+TEST(Sweep, HugeCoordinatesAreStillBlocked) {
+  const PartPtr cube = MakeBox(Vec3(1, 1, 1)).Part();
+  for (double X : {1e10, 1e80, 1e100}) {
+    SCOPED_TRACE(::testing::Message() << "X " << X);
+    const double H = X / 100;
+    const PartPtr wall = MakeBox(Vec3(H, H, H)).Part();
+    const SweepObstacle o[] = {{wall.get(), RigidTransform::Translation(Vec3(X, 0, 0)), 7}};
+    const Motion m = Ok(Motion::Linear(RigidTransform::Identity(), Vec3::UnitX(), 2 * X));
+    const SweepResult r = Sweep(*cube, m, o, Contact(0.1));
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    EXPECT_TRUE(r.blocked);
+    // It meets the wall's face at X - H = 0.99 X, a parameter of 0.495 (τ is ~1e-9 X here).
+    EXPECT_NEAR(r.t_contact, 0.495, 1e-6);
+  }
+}
+
 // A τ that is not finite is refused: with +inf every penetration would count as contact, and a
 // peg pushed through a plate would come out free; NaN compares false everywhere.
 TEST(Sweep, ANonFiniteContactToleranceIsRefused) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "testing/random_geometry.h"
 
@@ -16,6 +17,8 @@ using testing::Uniform;
 Triangle RandomTriangle(std::mt19937& rng, double r, const Vec3& c = Vec3::Zero()) {
   return {RandomPoint(rng, r, c), RandomPoint(rng, r, c), RandomPoint(rng, r, c)};
 }
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 bool SegmentHitsTriangle(const Vec3& p, const Vec3& q, const Triangle& t) {
   return IntersectRayTriangle(Ray{p, q - p, 0.0, 1.0}, t).has_value();
@@ -321,6 +324,45 @@ TEST(TriangleTriangle, SeparationTravelKeepsTheMarginAndIsExactAtMarginZero) {
   EXPECT_GT(zero, trials / 20);
   EXPECT_GT(never, trials / 10);
   EXPECT_GT(finite, trials / 4);
+}
+
+// The separating axes are scaled before projecting: parts of 1e70 mm and more once gave inf
+// and NaN squared lengths and projections, and a NaN on an axis across the motion counted as
+// "separated forever" (a sweep stepped through a wall). The travel to a plane 2S ahead is 2S
+// at every scale, and within a margin m, 2S - m.
+TEST(TriangleTriangle, SeparationTravelAtHugeScales) {
+  for (double S : {1.0, 1e50, 1e70, 1e80, 1e120, 1e150}) {
+    SCOPED_TRACE(::testing::Message() << "S " << S);
+    const Triangle wall{Vec3(2 * S, -S, -S), Vec3(2 * S, S, -S), Vec3(2 * S, 0, S)};
+    const Triangle mover{Vec3(0, -S / 2, -S / 2), Vec3(0, S / 2, -S / 2), Vec3(0, 0, S / 2)};
+    EXPECT_NEAR(TriangleSeparationTravel(wall, mover, Vec3::UnitX(), 0.0), 2 * S, 1e-12 * S);
+    EXPECT_NEAR(TriangleSeparationTravel(wall, mover, Vec3::UnitX(), S / 10), 1.9 * S, 1e-12 * S);
+    // Moving along the wall it never comes near; moving away, never either.
+    EXPECT_EQ(TriangleSeparationTravel(wall, mover, Vec3::UnitY(), 0.0), kInf);
+    EXPECT_EQ(TriangleSeparationTravel(wall, mover, -Vec3::UnitX(), 0.0), kInf);
+  }
+}
+
+// Scaling both triangles, the motion's travel and the margin by a power of two scales the
+// travel by it exactly (the axes are scaled by powers of two, which is exact), up to scales
+// where the unscaled axes overflowed.
+TEST(TriangleTriangle, SeparationTravelScalesExactly) {
+  auto rng = SeededRng(47);
+  int finite = 0;
+  for (int i = 0; i < 200; ++i) {
+    const Triangle x = RandomTriangle(rng, 1), y = RandomTriangle(rng, 1, RandomPoint(rng, 2.5));
+    const Vec3 w = (x.Centroid() - y.Centroid() + RandomPoint(rng, 1.0)).normalized();
+    const double margin = i % 2 ? 0.0 : Uniform(rng, 0.0, 0.3);
+    const double s = TriangleSeparationTravel(x, y, w, margin);
+    finite += std::isfinite(s) && s > 0.0;
+    for (int e : {-300, -100, 100, 250, 300}) {
+      const double k = std::ldexp(1.0, e);
+      const Triangle kx{k * x.a, k * x.b, k * x.c}, ky{k * y.a, k * y.b, k * y.c};
+      EXPECT_EQ(TriangleSeparationTravel(kx, ky, w, k * margin), k * s)
+          << "trial " << i << " scale 2^" << e;
+    }
+  }
+  EXPECT_GT(finite, 40);
 }
 
 }  // namespace

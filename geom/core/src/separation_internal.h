@@ -22,6 +22,9 @@ struct TravelWindow {
 
   void Axis(double s, double radii, double rate, double margin_len) {
     const double reach = radii + margin_len;
+    // An overflowed axis (inf or NaN: coordinates too large for the axis' length) says
+    // nothing, and leaving it out keeps the window a true bound: it never counts as separation.
+    if (!std::isfinite(s) || !std::isfinite(reach) || !std::isfinite(rate)) return;
     if (rate == 0.0) {
       if (!(std::abs(s) <= reach)) lo = std::numeric_limits<double>::infinity();
       return;

@@ -346,15 +346,32 @@ TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2, doubl
 
 double TriangleSeparationTravel(const Triangle& t1, const Triangle& t2, const Vec3& w,
                                 double margin, double target) {
-  const Vec3 e1[3] = {t1.b - t1.a, t1.c - t1.b, t1.a - t1.c};
-  const Vec3 e2[3] = {t2.b - t2.a, t2.c - t2.b, t2.a - t2.c};
+  // Only the axes' directions matter: the edges are scaled by a power of two that brings the
+  // largest component to about 1, and each axis likewise, so that no cross product, squared
+  // length or projection overflows (unscaled, parts of 1e70 mm gave inf and NaN projections,
+  // and a NaN counted as separation: a sweep stepped through a wall). Power-of-two scaling is
+  // exact; components that underflow only lose axes, which leaves a true bound.
+  const Vec3 raw1[3] = {t1.b - t1.a, t1.c - t1.b, t1.a - t1.c};
+  const Vec3 raw2[3] = {t2.b - t2.a, t2.c - t2.b, t2.a - t2.c};
+  auto unit_scale = [](double largest) {
+    return largest > 0.0 && std::isfinite(largest) ? std::ldexp(1.0, -std::ilogb(largest)) : 1.0;
+  };
+  double largest = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    largest = std::max({largest, raw1[i].cwiseAbs().maxCoeff(), raw2[i].cwiseAbs().maxCoeff()});
+  }
+  const double edge_scale = unit_scale(largest);
+  const Vec3 e1[3] = {raw1[0] * edge_scale, raw1[1] * edge_scale, raw1[2] * edge_scale};
+  const Vec3 e2[3] = {raw2[0] * edge_scale, raw2[1] * edge_scale, raw2[2] * edge_scale};
   const Vec3 n1 = e1[0].cross(e1[1]), n2 = e2[0].cross(e2[1]);
   internal::TravelWindow window;
   // One axis: both projections as centre and half-length; axes of zero length (degenerate
   // triangles, parallel edges) are skipped. Returns true when the answer is at least `target`.
-  auto axis = [&](const Vec3& L) {
+  auto axis = [&](const Vec3& raw) {
+    const double m = raw.cwiseAbs().maxCoeff();
+    if (!(m > 0.0) || !std::isfinite(m)) return false;
+    const Vec3 L = raw * unit_scale(m);  // largest component in [1, 2)
     const double len2 = L.squaredNorm();
-    if (!(len2 > 0.0)) return false;
     const double a0 = L.dot(t1.a), a1 = L.dot(t1.b), a2 = L.dot(t1.c);
     const double b0 = L.dot(t2.a), b1 = L.dot(t2.b), b2 = L.dot(t2.c);
     const double lo1 = std::min({a0, a1, a2}), hi1 = std::max({a0, a1, a2});
