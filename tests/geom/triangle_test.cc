@@ -157,6 +157,34 @@ TEST(TriangleTriangle, AgreesWithEdgeCrossingOracle) {
   EXPECT_LT(hits, trials * 4 / 5);
 }
 
+// A zero-area (collinear) triangle meets another exactly when the segment it spans does: the
+// watertight segment-triangle test is the oracle, on random segments in general position
+// (neither in the plane nor touching an edge). Either order, and the witness on both.
+TEST(TriangleTriangle, AFlatTriangleIsTheSegmentItSpans) {
+  auto rng = SeededRng(48);
+  int hits = 0;
+  const int trials = 5000;
+  for (int i = 0; i < trials; ++i) {
+    const Triangle y = RandomTriangle(rng, 1);
+    const Vec3 p = RandomPoint(rng, 1), q = RandomPoint(rng, 1);
+    const Triangle x{p, q, p + Uniform(rng, 0.0, 1.0) * (q - p)};  // collinear: area 0
+    const bool expected = SegmentHitsTriangle(p, q, y);
+    const TriangleIntersection r = IntersectTriangles(x, y);
+    ASSERT_EQ(r.intersects, expected) << "trial " << i;
+    EXPECT_EQ(IntersectTriangles(y, x).intersects, expected) << "trial " << i;
+    EXPECT_EQ(DistanceTriangles(x, y).distance == 0.0, expected) << "trial " << i;
+    if (expected) {
+      ++hits;
+      EXPECT_FALSE(r.coplanar);
+      Vec3 on_pq, unused;
+      EXPECT_LT(std::sqrt(ClosestPointsSegments(r.p0, r.p0, p, q, &unused, &on_pq)), 1e-9);
+      EXPECT_LT(DistanceToTriangle(r.p0, y), 1e-9);
+    }
+  }
+  EXPECT_GT(hits, trials / 20);
+  EXPECT_LT(hits, trials * 4 / 5);
+}
+
 struct DegenerateCase {
   const char* name;
   Triangle x, y;
@@ -216,6 +244,59 @@ TEST(TriangleTriangle, DegenerateTable) {
       {"far near miss",
        {far, far + ex, far + ey},
        {far + Vec3(0.2, 0.2, 1e-6), far + Vec3(0.2, 0.2, 1), far + Vec3(0.4, 0.2, 1)},
+       false,
+       false},
+      // Zero-area triangles are the segments (or points) they span. Their zero normal once
+      // made every pair "coplanar": a segment crossing the plane outside the triangle, or one
+      // in the plane beside it, was reported intersecting.
+      {"segment crossing the plane outside",
+       {Vec3(0.2, 0.2, -1), Vec3(2.2, 2.2, 1), Vec3(4.2, 4.2, 3)},
+       {o, ex, ey},
+       false,
+       false},
+      {"segment piercing the face",
+       {Vec3(0.2, 0.3, -1), Vec3(0.2, 0.3, 1), Vec3(0.2, 0.3, 3)},
+       {o, ex, ey},
+       true,
+       false},
+      {"segment through an edge",
+       {Vec3(0.5, 0, -1), Vec3(0.5, 0, 2), Vec3(0.5, 0, 1)},
+       {o, ex, ey},
+       true,
+       false},
+      {"segment in the plane, inside",
+       {Vec3(0.1, 0.1, 0), Vec3(0.3, 0.3, 0), Vec3(0.2, 0.2, 0)},
+       {o, ex, ey},
+       true,
+       true},
+      {"segment in the plane, across an edge",
+       {Vec3(0.2, 0.2, 0), Vec3(2, 2, 0), Vec3(1, 1, 0)},
+       {o, ex, ey},
+       true,
+       true},
+      {"segment in the plane, beside",
+       {Vec3(2, 2, 0), Vec3(4, 4, 0), Vec3(3, 3, 0)},
+       {o, ex, ey},
+       false,
+       true},
+      {"point on the face",
+       {Vec3(0.2, 0.2, 0), Vec3(0.2, 0.2, 0), Vec3(0.2, 0.2, 0)},
+       {o, ex, ey},
+       true,
+       true},
+      {"point above the face",
+       {Vec3(0.2, 0.2, 1), Vec3(0.2, 0.2, 1), Vec3(0.2, 0.2, 1)},
+       {o, ex, ey},
+       false,
+       false},
+      {"crossing segments",
+       {o, Vec3(1, 1, 0), Vec3(2, 2, 0)},
+       {Vec3(0, 2, 0), Vec3(0.5, 1.5, 0), Vec3(2, 0, 0)},
+       true,
+       true},
+      {"skew segments",
+       {o, Vec3(1, 1, 0), Vec3(2, 2, 0)},
+       {Vec3(0, 2, 1), Vec3(0.5, 1.5, 1), Vec3(2, 0, 1)},
        false,
        false},
   };

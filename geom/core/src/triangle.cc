@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "clash/geom/aabb.h"
 #include "ray_internal.h"
@@ -130,6 +131,80 @@ TriangleIntersection CoplanarIntersection(const Triangle& t1, const Triangle& t2
   return r;
 }
 
+// A triangle of (nearly) zero area: its height is at most kPlaneSnapRelative of its longest
+// edge, below what the plane tests resolve. Its normal has no direction, so it is taken as
+// the segment it spans.
+bool IsFlat(const Triangle& t, const Vec3& n) {
+  return !(n.norm() > kPlaneSnapRelative * MaxEdgeLengthSquared(t));
+}
+
+// The segment a flat triangle spans: its two vertices farthest apart.
+std::pair<Vec3, Vec3> Span(const Triangle& t) {
+  int best = 0;
+  double best_len2 = -1.0;
+  for (int i = 0; i < 3; ++i) {
+    const double len2 = (t[(i + 1) % 3] - t[i]).squaredNorm();
+    if (len2 > best_len2) {
+      best_len2 = len2;
+      best = i;
+    }
+  }
+  return {t[best], t[(best + 1) % 3]};
+}
+
+// A segment [p, q] against a triangle t of normal n (not flat), touching within sqrt(snap2):
+// where it crosses t's plane inside t, or where it comes nearest to t's boundary.
+TriangleIntersection SegmentTriangleIntersection(const Vec3& p, const Vec3& q, const Triangle& t,
+                                                 const Vec3& n, double snap2) {
+  TriangleIntersection r;
+  const double snap_n2 = snap2 * n.squaredNorm();
+  auto plane_distance = [&](const Vec3& x) {
+    const double d = n.dot(x - t.a);
+    return d * d <= snap_n2 ? 0.0 : d;
+  };
+  const std::array<double, 2> d = {plane_distance(p), plane_distance(q)};
+  r.coplanar = d[0] == 0 && d[1] == 0;
+  if ((d[0] < 0 && d[1] > 0) || (d[0] > 0 && d[1] < 0)) {
+    // One crossing of the plane: in t (closed, tested in 2D on n's dominant axes)?
+    const Vec3 x = p + (d[0] / (d[0] - d[1])) * (q - p);
+    int drop = 0;
+    const Vec3 an = n.cwiseAbs();
+    if (an.y() > an[drop]) drop = 1;
+    if (an.z() > an[drop]) drop = 2;
+    const int ix = drop == 0 ? 1 : 0, iy = drop == 2 ? 1 : 2;
+    const P2 tri[3] = {{t.a[ix], t.a[iy]}, {t.b[ix], t.b[iy]}, {t.c[ix], t.c[iy]}};
+    if (PointInTriangle2({x[ix], x[iy]}, tri)) {
+      r.intersects = true;
+      r.p0 = r.p1 = x;
+      return r;
+    }
+  }
+  // Otherwise they meet only where the segment touches t's boundary, or an end of the segment
+  // touches t (the segment lying in the plane, or ending on it).
+  double best = std::numeric_limits<double>::infinity();
+  Vec3 witness = p, a, b;
+  for (int i = 0; i < 3; ++i) {
+    const double d2 = ClosestPointsSegments(p, q, t[i], t[(i + 1) % 3], &a, &b);
+    if (d2 < best) {
+      best = d2;
+      witness = b;
+    }
+  }
+  for (const Vec3& e : {p, q}) {
+    const Vec3 c = ClosestPointOnTriangle(e, t);
+    const double d2 = (e - c).squaredNorm();
+    if (d2 < best) {
+      best = d2;
+      witness = c;
+    }
+  }
+  if (best <= snap2) {
+    r.intersects = true;
+    r.p0 = r.p1 = witness;
+  }
+  return r;
+}
+
 }  // namespace
 
 std::optional<Plane> Plane::Through(const Vec3& a, const Vec3& b, const Vec3& c) {
@@ -242,19 +317,34 @@ TriangleIntersection IntersectTriangles(const Triangle& t1, const Triangle& t2) 
   // Snap |d| <= kPlaneSnapRelative * scale * |n|, compared squared (no square roots).
   const double k2 = kPlaneSnapRelative * kPlaneSnapRelative *
                     std::max(MaxEdgeLengthSquared(t1), MaxEdgeLengthSquared(t2));
-  const Vec3 n2 = t2.RawNormal();
+  const Vec3 n1 = t1.RawNormal(), n2 = t2.RawNormal();
+  // A zero-area triangle is the segment it spans (the closed triangle's point set). Its zero
+  // normal once snapped every distance to its "plane" to 0, so the pair went down the coplanar
+  // path and a segment crossing the other's plane outside it was reported intersecting.
+  const bool flat1 = IsFlat(t1, n1), flat2 = IsFlat(t2, n2);
+  if (flat1 && flat2) {
+    const auto [p1, q1] = Span(t1);
+    const auto [p2, q2] = Span(t2);
+    Vec3 a, b;
+    if (ClosestPointsSegments(p1, q1, p2, q2, &a, &b) <= k2) {
+      r.intersects = r.coplanar = true;  // two segments that meet lie in one plane
+      r.p0 = r.p1 = a;
+    }
+    return r;
+  }
+  if (flat1 || flat2) {
+    const auto [p, q] = Span(flat1 ? t1 : t2);
+    return SegmentTriangleIntersection(p, q, flat1 ? t2 : t1, flat1 ? n2 : n1, k2);
+  }
   const std::array<double, 3> du = PlaneDistances(t1, n2, t2.a, k2 * n2.squaredNorm());
   if (AllSameStrictSign(du)) return r;
-  const Vec3 n1 = t1.RawNormal();
   const std::array<double, 3> dv = PlaneDistances(t2, n1, t1.a, k2 * n1.squaredNorm());
   if (AllSameStrictSign(dv)) return r;
   const bool coplanar1 = du[0] == 0 && du[1] == 0 && du[2] == 0;
   const bool coplanar2 = dv[0] == 0 && dv[1] == 0 && dv[2] == 0;
   if (coplanar1 || coplanar2) {
-    // A degenerate normal makes one side trivially "coplanar"; use the other normal.
-    const Vec3& n = n1.squaredNorm() >= n2.squaredNorm() ? n1 : n2;
-    if (!(n.squaredNorm() > 0)) return r;
-    return CoplanarIntersection(t1, t2, n);
+    // One within the other's plane (up to the snap): the larger normal is the better plane.
+    return CoplanarIntersection(t1, t2, n1.squaredNorm() >= n2.squaredNorm() ? n1 : n2);
   }
   const Vec3 dir = n1.cross(n2);
   const PlaneSegment s1 = SegmentOnPlane(t1, du, dir);

@@ -74,7 +74,9 @@ struct TriangleIntersection {
 
 /// Triangle-triangle intersection after Möller ("A Fast Triangle-Triangle Intersection Test",
 /// JGT 1997), with the coplanar case handled in 2D. Touching (a shared vertex, an edge lying
-/// on the other triangle) counts as intersecting. Returns the intersection segment.
+/// on the other triangle) counts as intersecting. A zero-area triangle (height at most 1e-12 of
+/// its longest edge) is the segment it spans, tested as such. Returns the intersection segment
+/// (a single witness point when a triangle is flat or they are coplanar).
 [[nodiscard]] TriangleIntersection IntersectTriangles(const Triangle& t1, const Triangle& t2);
 
 /// Fast boolean form of IntersectTriangles.
