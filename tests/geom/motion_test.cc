@@ -21,6 +21,7 @@ using testing::AxisAngle;
 using testing::RandomMotion;
 using testing::RandomPoint;
 using testing::RandomPose;
+using testing::RandomRotation;
 using testing::SeededRng;
 using testing::StatusIs;
 using testing::Trials;
@@ -211,6 +212,87 @@ TEST(Motion, MaxTravelBoundsSampledTravelAndIsNotLoose) {
     ::testing::Test::RecordProperty(std::string("worst_ratio_") + MotionKindName(kKinds[k]),
                                     std::to_string(worst_ratio[k]));
   }
+}
+
+// Long keyframe paths: MaxTravel adds the whole segments inside a span of more than 32 from
+// prefix sums (a sweep asks MaxTravel(t, 1) at every step, which cost O(segments) each: 4 s
+// for a sweep along 50k keyframes). The bound must still cover the sampled travel, and lie
+// between the per-segment sum (the bound before, reimplemented here from the keyframes) and
+// that sum with every segment's distance from its axis raised to |c| + r.
+TEST(Motion, MaxTravelOfLongKeyframePathsBoundsTheTravelAndStaysTight) {
+  std::mt19937 rng = SeededRng(505);
+  const int trials = Trials(40);
+  int long_spans = 0;
+  for (int trial = 0; trial < trials; ++trial) {
+    const int n = std::uniform_int_distribution<int>(40, 300)(rng);
+    std::vector<Keyframe> keys;
+    RigidTransform X = RandomPose(rng, 20);
+    for (int i = 0; i <= n; ++i) {
+      keys.push_back({i == n ? 1.0 : static_cast<double>(i) / n, X});
+      // Small steps, and now and then a turn beyond 2 rad (where the chord bound caps).
+      const double turn = i % 17 == 5 ? Uniform(rng, 2.0, 3.0) : Uniform(rng, 0.0, 0.3);
+      X = RigidTransform{AxisAngle(turn, RandomRotation(rng).col(0)) * X.R,
+                         X.t + RandomPoint(rng, 2.0)};
+    }
+    const Motion m = Ok(Motion::Keyframes(keys));
+    const Sphere sphere{RandomPoint(rng, 10), Uniform(rng, 0, 10)};
+    double t0 = Uniform(rng, 0, 1), t1 = Uniform(rng, 0, 1);
+    if (trial % 4 == 0) t0 = 0, t1 = 1;
+    if (trial % 4 == 1) t1 = std::min(1.0, t0 + Uniform(rng, 0, 20.0 / n));  // short span
+    const double a = std::min(t0, t1), b = std::max(t0, t1);
+    const double bound = m.MaxTravel(t0, t1, sphere);
+    EXPECT_EQ(bound, m.MaxTravel(t1, t0, sphere)) << "symmetric";
+    // The per-segment sum, and the same with |c| + r as every segment's radius.
+    double exact = 0.0, loose = 0.0;
+    int spanned = 0;
+    for (int i = 0; i < n; ++i) {
+      const double s0 = keys[i].t, s1 = keys[i + 1].t;
+      const double f = (std::min(b, s1) - std::max(a, s0)) / (s1 - s0);
+      if (!(s0 < b) || f <= 0.0) continue;
+      ++spanned;
+      Eigen::Quaterniond q(keys[i].X_WP.R.transpose() * keys[i + 1].X_WP.R);
+      if (q.w() < 0) q.coeffs() = -q.coeffs();
+      const double angle = 2.0 * std::atan2(q.vec().norm(), q.w());
+      const Vec3 axis = q.vec().norm() > 0 ? Vec3(q.vec().normalized()) : Vec3::UnitX();
+      const Vec3& c = sphere.center;
+      const double rho = (c - c.dot(axis) * axis).norm() + sphere.radius;
+      const double moved = f * (keys[i + 1].X_WP.t - keys[i].X_WP.t).norm();
+      exact += moved + std::min(f * angle, 2.0) * rho;
+      loose += moved + std::min(f * angle, 2.0) * (c.norm() + sphere.radius);
+    }
+    long_spans += spanned > 34;
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << " t " << a << ".." << b << " over "
+                                      << spanned << " of " << n << " segments");
+    EXPECT_GE(bound, exact * (1 - 1e-12));
+    EXPECT_LE(bound, loose * (1 + 1e-9) + 1e-9);
+    if (spanned <= 32) {
+      EXPECT_NEAR(bound, exact, 1e-12 * exact);
+    }
+    // Sampled: every keyframe inside the span and three points between, 16 points of the
+    // sphere's surface, from both ends.
+    std::vector<Vec3> pts;
+    std::normal_distribution<double> g;
+    for (int k = 0; k < 16; ++k) {
+      pts.push_back(sphere.center + sphere.radius * Vec3(g(rng), g(rng), g(rng)).normalized());
+    }
+    std::vector<double> ts = {a, b};
+    for (int i = 0; i < n; ++i) {
+      for (int k = 0; k < 4; ++k) {
+        const double t = keys[i].t + (keys[i + 1].t - keys[i].t) * k / 4;
+        if (t > a && t < b) ts.push_back(t);
+      }
+    }
+    double sampled = 0.0;
+    for (const double ref : {a, b}) {
+      const RigidTransform X_ref = m.PoseAt(ref);
+      for (const double t : ts) {
+        const RigidTransform X_t = m.PoseAt(t);
+        for (const Vec3& p : pts) sampled = std::max(sampled, (X_t * p - X_ref * p).norm());
+      }
+    }
+    EXPECT_LE(sampled, bound * (1 + 1e-12) + 1e-9);
+  }
+  EXPECT_GT(long_spans, trials / 3);
 }
 
 // A group moves as one rigid body: a carried part keeps its pose relative to its carrier at every

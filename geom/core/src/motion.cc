@@ -3,6 +3,7 @@
 #include <Eigen/Geometry>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numbers>
 
@@ -18,6 +19,9 @@ namespace {
 constexpr double kUnitTolerance = 1e-6;
 // Bisection steps of AdvanceLimit: 2^-64 is below the spacing of doubles in [0, 1].
 constexpr int kAdvanceBisections = 64;
+// MaxTravel sums the keyframe segments of a span one by one up to this many; longer spans add
+// the whole segments between their ends from prefix sums (O(1) instead of O(segments)).
+constexpr std::size_t kExactSegments = 32;
 
 double Clamp01(double t) { return std::clamp(t, 0.0, 1.0); }
 
@@ -178,6 +182,11 @@ absl::StatusOr<Motion> Motion::Keyframes(std::span<const Keyframe> keyframes) {
     const double s = q.vec().norm();
     seg.angle = 2.0 * std::atan2(s, q.w());
     seg.axis_P = s > 0 ? Vec3(q.vec() / s) : Vec3::UnitX();
+    if (!segments->empty()) {
+      const Segment& prev = segments->back();
+      seg.moved_before = prev.moved_before + prev.dT.norm();
+      seg.turned_before = prev.turned_before + std::min(prev.angle, 2.0);
+    }
     segments->push_back(seg);
   }
   m.keys_ = std::move(keys);
@@ -248,16 +257,42 @@ double Motion::MaxTravel(double t0, double t1, const Sphere& bound_P) const {
       return std::hypot(ChordBound(dphi, rho), dphi / (2.0 * std::numbers::pi) * std::abs(pitch_));
     }
     case MotionKind::kKeyframes: {
-      double sum = 0.0;
       const std::vector<Segment>& segments = *segments_;
-      for (std::size_t i = SegmentIndex(a); i < segments.size() && segments[i].t0 < b; ++i) {
+      const Vec3 c = body_ * bound_P.center;
+      // Segment i's share: its translation plus the chord of its turn at the sphere's distance
+      // from its axis, over the fraction of it within [a, b].
+      auto share = [&](std::size_t i) {
         const Segment& seg = segments[i];
         const double f = (std::min(b, seg.t1) - std::max(a, seg.t0)) / (seg.t1 - seg.t0);
-        if (f <= 0.0) continue;
-        const double rho = DistanceFromLine(body_ * bound_P.center, Vec3::Zero(), seg.axis_P) + r;
-        sum += f * seg.dT.norm() + ChordBound(f * seg.angle, rho);
+        if (f <= 0.0) return 0.0;
+        const double rho = DistanceFromLine(c, Vec3::Zero(), seg.axis_P) + r;
+        return f * seg.dT.norm() + ChordBound(f * seg.angle, rho);
+      };
+      // Segments [first, end) start before b.
+      const std::size_t first = SegmentIndex(a);
+      const std::size_t end = static_cast<std::size_t>(
+          std::lower_bound(segments.begin() + first, segments.end(), b,
+                           [](const Segment& s, double x) { return s.t0 < x; }) -
+          segments.begin());
+      double sum = 0.0;
+      if (end <= first + kExactSegments) {
+        for (std::size_t i = first; i < end; ++i) sum += share(i);
+        return sum;
       }
-      return sum;
+      // A long span (a sweep's every step asks MaxTravel(t, 1)): the two end segments as
+      // above; the whole ones between, first + 1 to end - 2, from the prefix sums, with the
+      // sphere's distance from every axis bounded by |c| (never less than the exact sum). The
+      // margin covers the prefix sums' rounding (at most n ulps of the totals each).
+      sum = share(first) + share(end - 1);
+      const Segment &lo = segments[first + 1], &hi = segments[end - 1], &last = segments.back();
+      const double rho = c.norm() + r;
+      const double moved = hi.moved_before - lo.moved_before;
+      const double turned = hi.turned_before - lo.turned_before;
+      const double total = last.moved_before + last.dT.norm() +
+                           (last.turned_before + std::min(last.angle, 2.0)) * rho;
+      const double rounding =
+          4.0 * static_cast<double>(segments.size()) * std::numeric_limits<double>::epsilon();
+      return sum + std::max(moved, 0.0) + std::max(turned, 0.0) * rho + rounding * total;
     }
   }
   return 0.0;

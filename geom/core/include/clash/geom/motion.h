@@ -137,6 +137,9 @@ class Motion {
     double angle = 0.0;           // φ_i in [0, π]
     Vec3 T0 = Vec3::Zero();       // translation at t0
     Vec3 dT = Vec3::Zero();       // T_{i+1} - T_i
+    // Over the segments before this one: the sums of |dT| and of min(angle, 2) (MaxTravel
+    // bounds long spans through their differences).
+    double moved_before = 0.0, turned_before = 0.0;
   };
 
   Motion() = default;
