@@ -260,6 +260,36 @@ TEST(TriangleMesh, UnusedVerticesDoNotScaleTheWeld) {
 // it (in input order) within the tolerance. Clusters of points a fraction of the tolerance
 // apart, near the origin, far from it, and with a tolerance so small against the extent that
 // the grid is coarsened (more than 2^60 tolerances across).
+// Checks Weld against the brute-force definition: the representatives are the vertices with no
+// representative before them within tol, and every other vertex maps to one of those before it
+// within tol. Returns the vertices merged.
+std::size_t ExpectWeldAsBruteForce(const std::vector<Vec3>& v, const Aabb& bounds, double tol) {
+  const internal::WeldResult got = internal::Weld(v, bounds, tol);
+  std::vector<uint32_t> reps;
+  std::vector<bool> is_rep(v.size(), false);
+  for (uint32_t j = 0; j < v.size(); ++j) {
+    const bool near = std::any_of(reps.begin(), reps.end(), [&](uint32_t r) {
+      return (v[r] - v[j]).squaredNorm() <= tol * tol;
+    });
+    if (!near) {
+      reps.push_back(j);
+      is_rep[j] = true;
+    }
+  }
+  EXPECT_EQ(got.rep.size(), v.size());
+  for (uint32_t j = 0; j < v.size() && j < got.rep.size(); ++j) {
+    const uint32_t r = got.rep[j];
+    if (is_rep[j]) {
+      EXPECT_EQ(r, j) << "vertex " << j << " has no representative before it within tol";
+    } else {
+      EXPECT_TRUE(r < j && is_rep[r] && (v[r] - v[j]).squaredNorm() <= tol * tol)
+          << "vertex " << j << " mapped to " << r;
+    }
+  }
+  EXPECT_EQ(got.merged, v.size() - reps.size());
+  return got.merged;
+}
+
 TEST(Weld, AgreesWithBruteForce) {
   auto rng = testing::SeededRng(4242);
   const int trials = Trials(60, 8);
@@ -280,25 +310,34 @@ TEST(Weld, AgreesWithBruteForce) {
     }
     Aabb bounds;
     for (const Vec3& p : v) bounds.Add(p);
-    const internal::WeldResult got = internal::Weld(v, bounds, tol);
-    std::vector<uint32_t> reps, want(v.size());
-    for (uint32_t j = 0; j < v.size(); ++j) {
-      want[j] = j;
-      for (uint32_t r : reps) {
-        if ((v[r] - v[j]).squaredNorm() <= tol * tol) {
-          want[j] = r;
-          break;
-        }
-      }
-      if (want[j] == j) reps.push_back(j);
-    }
     SCOPED_TRACE(::testing::Message() << "trial " << i << " tol " << tol);
-    EXPECT_EQ(got.rep, want);
-    EXPECT_EQ(got.merged, v.size() - reps.size());
-    merging += got.merged > 0;
+    const std::size_t merged = ExpectWeldAsBruteForce(v, bounds, tol);
+    merging += merged > 0;
   }
   // Clusters within 2 tol mostly weld something: the comparison is not vacuous.
   EXPECT_GT(merging, trials / 2);
+}
+
+// Bounds reaching far to one side of the vertices: each v - min is rounded to the spacing of
+// doubles near the far corner (here 2^-33, about 1.2e-10 mm, at 1e6), coarser than the
+// tolerance, and offsets divided by the tolerance are cell numbers beyond 2^53, rounded in
+// turn. Pairs 0.4 tol apart placed across rounding boundaries then landed cells apart with
+// cells of side tol, never compared (a review found pairs unwelded at span 1e6, tol 1e-10).
+TEST(Weld, RoundingOfOffsetsFromAFarCornerKeepsNeighboursInNeighbouringCells) {
+  for (const double tol : {1e-11, 2e-11, 1e-10}) {
+    SCOPED_TRACE(::testing::Message() << "tol " << tol);
+    const double span = 1e6;
+    const double ulp = std::nextafter(span, 2 * span) - span;
+    std::vector<Vec3> v = {Vec3(-span, -span, -span), Vec3(span, span, span)};
+    for (int k = 0; k < 200; ++k) {  // across the rounding boundary between two offsets
+      const double x = k * 7 * ulp + 0.5 * ulp - 0.2 * tol;
+      v.emplace_back(x, 0, 0);
+      v.emplace_back(x + 0.4 * tol, 0, 0);
+    }
+    Aabb bounds;
+    for (const Vec3& p : v) bounds.Add(p);
+    EXPECT_EQ(ExpectWeldAsBruteForce(v, bounds, tol), 200u);
+  }
 }
 
 // Far from the origin a mesh welds as at the origin. Cell numbers counted from the origin

@@ -60,16 +60,22 @@ WeldResult Weld(const std::vector<Vec3>& v, const Aabb& bounds, double tol) {
     out.largest_cell = v.empty() ? 0 : 1;
     return out;
   }
-  // Cells of side `cell` >= tol counted from the bounds' minimum corner, so that a vertex
-  // within tol of another is in one of the 27 cells around it. Counted from the origin, cell
-  // numbers overflowed int64 far from it (undefined behaviour) and, with coordinates coarser
-  // than the cell, every vertex fell into one cell (a quadratic weld). Here a cell number is
-  // at most kMaxCells, so its neighbours' numbers never overflow; a mesh wider than kMaxCells
-  // tolerances gets coarser cells.
-  constexpr double kMaxCells = 0x1p60;
+  // Cells counted from the bounds' minimum corner, so that a vertex within tol of another is
+  // in one of the 27 cells around it. Counted from the origin, cell numbers overflowed int64
+  // far from it (undefined behaviour) and, with coordinates coarser than the cell, every vertex
+  // fell into one cell (a quadratic weld). A cell is wider than tol by what the arithmetic may
+  // move two vertices' computed offsets apart: each v - min is rounded to the spacing of
+  // doubles near the largest coordinate M (so M * 2^-51 for two, however near the vertices
+  // are to each other), and each offset / cell to 2^-53 of a cell number of at most kMaxCells
+  // (2^-12 of a cell for two). With cell > (tol + M * 2^-51) * (1 + 2^-8), the cell numbers of
+  // two vertices within tol then differ by at most one, and no cell number overflows. A mesh
+  // wider than kMaxCells cells gets coarser ones.
+  constexpr double kMaxCells = 0x1p40;
   const Aabb box = bounds.Inflated(tol);
   const double extent = box.IsEmpty() ? 0.0 : box.Size().maxCoeff();
-  const double cell = extent / tol > kMaxCells ? extent / kMaxCells : tol;
+  const double largest =
+      box.IsEmpty() ? 0.0 : std::max(box.min.cwiseAbs().maxCoeff(), box.max.cwiseAbs().maxCoeff());
+  const double cell = std::max((tol + largest * 0x1p-51) * (1 + 0x1p-8), extent / kMaxCells);
   const double tol2 = tol * tol;
   for (uint32_t i = 0; i < v.size(); ++i) {
     out.rep[i] = i;
@@ -81,15 +87,15 @@ WeldResult Weld(const std::vector<Vec3>& v, const Aabb& bounds, double tol) {
       const double q = std::floor((v[i][k] - box.min[k]) / cell);  // NaN when cell is inf
       c[k] = q > 0.0 ? static_cast<int64_t>(std::min(q, kMaxCells)) : 0;
     }
-    // The first vertex in input order within tol (independent of the cells' layout).
+    // An earlier representative within tol, the first one found (which one depends on the
+    // cells' layout; whether there is one does not, so neither do the representatives).
     uint32_t found = i;
-    for (int dx = -1; dx <= 1; ++dx) {
-      for (int dy = -1; dy <= 1; ++dy) {
-        for (int dz = -1; dz <= 1; ++dz) {
+    for (int dx = -1; dx <= 1 && found == i; ++dx) {
+      for (int dy = -1; dy <= 1 && found == i; ++dy) {
+        for (int dz = -1; dz <= 1 && found == i; ++dz) {
           auto it = grid.find({c[0] + dx, c[1] + dy, c[2] + dz});
           if (it == grid.end()) continue;
           for (uint32_t r : it->second) {
-            if (r >= found) break;  // each cell holds its vertices in input order
             if ((v[r] - v[i]).squaredNorm() <= tol2) {
               found = r;
               break;

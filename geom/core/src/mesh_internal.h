@@ -18,10 +18,12 @@ struct WeldResult {
   std::size_t largest_cell = 0;  // most representatives in one cell
 };
 
-// Maps each vertex to a representative: the first vertex in input order within `tol` of it
-// among the representatives before it (itself when none is), found on a hash grid of cells of
-// side >= tol counted from `bounds.min`. Vertices outside `bounds` inflated by tol stay alone.
-// With tol == 0 only identical positions merge (anywhere).
+// Maps each vertex to a representative: a representative before it in input order within
+// `tol` of it (the first found on a hash grid of cells of side > tol counted from
+// `bounds.min`), itself when there is none; so the representatives are the vertices with no
+// representative before them within tol, whatever the grid. Vertices outside `bounds`
+// inflated by tol stay alone. With tol == 0 only identical positions merge (anywhere), each
+// into the first of its position.
 [[nodiscard]] WeldResult Weld(const std::vector<Vec3>& v, const Aabb& bounds, double tol);
 
 }  // namespace clash::geom::internal
