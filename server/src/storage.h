@@ -55,7 +55,7 @@ using cad::WriteFileAtomically;
 /// a protobuf payload alone cut at a field's end still parses, as a record with fields missing.
 inline constexpr std::size_t kRecordHeaderBytes = 8 + 4 + 8 + 32;
 
-/// The sealed file of `payload`.
+/// The sealed file of `payload` (for tests and tools; the stores use SerializeSealed).
 [[nodiscard]] std::string SealRecord(std::string_view payload);
 
 /// Seals `record` in place: it holds kRecordHeaderBytes (of any value) then the payload, as

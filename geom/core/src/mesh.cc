@@ -1,6 +1,7 @@
 #include "clash/geom/mesh.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
 #include <cstring>
@@ -63,13 +64,15 @@ WeldResult Weld(const std::vector<Vec3>& v, const Aabb& bounds, double tol) {
   // Cells counted from the bounds' minimum corner, so that a vertex within tol of another is
   // in one of the 27 cells around it. Counted from the origin, cell numbers overflowed int64
   // far from it (undefined behaviour) and, with coordinates coarser than the cell, every vertex
-  // fell into one cell (a quadratic weld). A cell is wider than tol by what the arithmetic may
-  // move two vertices' computed offsets apart: each v - min is rounded to the spacing of
-  // doubles near the largest coordinate M (so M * 2^-51 for two, however near the vertices
-  // are to each other), and each offset / cell to 2^-53 of a cell number of at most kMaxCells
-  // (2^-12 of a cell for two). With cell > (tol + M * 2^-51) * (1 + 2^-8), the cell numbers of
-  // two vertices within tol then differ by at most one, and no cell number overflows. A mesh
-  // wider than kMaxCells cells gets coarser ones.
+  // fell into one cell (a quadratic weld). At most kMaxCells = 2^40 cells per axis keep each
+  // offset / cell within 2^-12 of a cell of its exact value (2^-53 of a number below 2^40);
+  // with up to 2^60, as first written, numbers beyond 2^53 were rounded to multiples of up to
+  // 256 and two vertices within tol landed cells apart. Each v - min is rounded too, to the
+  // spacing of doubles near the largest coordinate M: M * 2^-51 for two vertices at most
+  // (exact when v and min are within a factor of two; otherwise the extent is of the order of
+  // M, and with M / tol above 2^40 the cap sets the width, so this margin rarely binds). With
+  // cell > (tol + M * 2^-51) * (1 + 2^-8), the cell numbers of two vertices within tol differ
+  // by at most one, and none overflows.
   constexpr double kMaxCells = 0x1p40;
   const Aabb box = bounds.Inflated(tol);
   const double extent = box.IsEmpty() ? 0.0 : box.Size().maxCoeff();
