@@ -189,6 +189,19 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
   // times (an empty selector names every instance) must not take minutes past the deadline.
   absl::flat_hash_map<uint64_t, RigidTransform> staged;
   std::size_t staged_named = 0;
+  // The largest coordinate of any part's box in its own frame (computed once, when asked).
+  double farthest_part_coordinate = -1;
+  const auto part_reach = [&] {
+    if (farthest_part_coordinate < 0) {
+      farthest_part_coordinate = 0;
+      for (const auto& [id, rec] : scene.instances) {
+        const geom::Aabb& b = rec.part->geom->bounds();
+        farthest_part_coordinate = std::max(
+            {farthest_part_coordinate, b.min.cwiseAbs().maxCoeff(), b.max.cwiseAbs().maxCoeff()});
+      }
+    }
+    return farthest_part_coordinate;
+  };
   for (int i = 0; i < request.staged_size(); ++i) {
     CLASH_RETURN_IF_ERROR(stop());
     CLASH_ASSIGN_OR_RETURN(
@@ -202,10 +215,15 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
                                                        "]); an empty selector names every "
                                                        "instance"));
     }
+    // Within reach: an entry may name every instance, and the entries millions of times in
+    // all, so an entry whose translation plus the farthest corner of any part is well within
+    // reach needs no check per instance (a part's box turned about the origin stays within
+    // sqrt(3) times its farthest coordinate).
+    const bool surely_within = X.t.cwiseAbs().maxCoeff() + std::sqrt(3.0) * part_reach() <=
+                               0.5 * geom::DynamicAabbTree::kMaxCoordinateMm;
     for (const InstanceRec* rec : recs) {
-      // (The message, with a path of up to 64 KiB, only for a refusal: an entry may name every
-      // instance, and the entries millions of times in all.)
-      if (!scene.tree.Accepts(rec->part->geom->bounds().Transformed(X))) {
+      // (The message, with a path of up to 64 KiB, only for a refusal.)
+      if (!surely_within && !scene.tree.Accepts(rec->part->geom->bounds().Transformed(X))) {
         return scene.CheckPlaceable(*rec->part, X,
                                     absl::StrCat("staged[", i, "] (", rec->path, ")"));
       }
