@@ -554,6 +554,56 @@ TEST(ClassifyPair, AgreesWithBruteForce) {
   EXPECT_GE(contact_apart, std::max(1, trials / 30));
 }
 
+// Where a pair sits does not change its answer: the classification works in a frame at the
+// first part's origin. Before, the depth search's on-surface distance grew with the world
+// translation (1e-12 of it), so that at 1e11 mm a depth of 0.5 mm was not seen and a HARD pair
+// was CONTACT. The translations are multiples of 2^-13 mm, so that moving both parts by up to
+// 1e12 mm is exact and the answers must be the same but for the witnesses' rounding there.
+TEST(ClassifyPair, FarFromTheOriginTheAnswerIsTheOnesAtTheOrigin) {
+  auto rng = SeededRng(311);
+  const auto on_grid = [](RigidTransform X) {
+    for (int i = 0; i < 3; ++i) X.t[i] = std::ldexp(std::round(std::ldexp(X.t[i], 13)), -13);
+    return X;
+  };
+  int hard = 0;
+  const int trials = testing::Trials(60, 10);
+  for (int i = 0; i < trials; ++i) {
+    const PartPtr a = MakeBlob(rng, 8, 10, 14, 0.25).Part();
+    const PartPtr b = MakeBlob(rng, Uniform(rng, 1, 6), 9, 12, 0.3).Part();
+    const RigidTransform X_WA = on_grid(RandomPose(rng, 50));
+    const RigidTransform X_WB =
+        on_grid(X_WA * RigidTransform{RandomRotation(rng), RandomPoint(rng, i % 3 == 0 ? 3 : 8)});
+    const PairTolerances tol = Tol(Uniform(rng, 0.01, 0.5), Uniform(rng, 0, 6));
+    const PairClassification home = ClassifyPair(*a, X_WA, *b, X_WB, tol);
+    hard += home.cls == ClashClass::kHard;
+    for (const double scale : {1e6, 1e9, 1e12}) {
+      const Vec3 offset(i % 2 == 0 ? scale : -scale, scale, i % 4 < 2 ? -scale : scale);
+      const RigidTransform to = RigidTransform::Translation(offset);
+      const PairClassification far = ClassifyPair(*a, to * X_WA, *b, to * X_WB, tol);
+      SCOPED_TRACE(::testing::Message()
+                   << "trial " << i << " at " << scale << ": " << ClashClassName(home.cls)
+                   << " there " << ClashClassName(far.cls));
+      EXPECT_EQ(far.cls, home.cls);
+      EXPECT_EQ(far.depth_mm, home.depth_mm);
+      EXPECT_EQ(far.distance_mm, home.distance_mm);
+      EXPECT_EQ(far.uncertain, home.uncertain);
+      EXPECT_EQ(far.containment, home.containment);
+      EXPECT_EQ(far.tri_a, home.tri_a);
+      EXPECT_EQ(far.tri_b, home.tri_b);
+      if (home.cls == ClashClass::kClear && home.distance_mm == kInf) {
+        EXPECT_EQ(far.p_WA, Vec3::Zero());  // no witnesses
+        EXPECT_EQ(far.p_WB, Vec3::Zero());
+      } else {
+        // The witnesses, moved there, are rounded to the doubles near the offset.
+        const double ulp = std::ldexp(1.0, -12);
+        EXPECT_LE(((far.p_WA - offset) - home.p_WA).cwiseAbs().maxCoeff(), ulp);
+        EXPECT_LE(((far.p_WB - offset) - home.p_WB).cwiseAbs().maxCoeff(), ulp);
+      }
+    }
+  }
+  EXPECT_GT(hard, trials / 10);
+}
+
 // The depth estimate takes points beside each intersection segment, and lattice points of the
 // crossing triangles, only on the side that enters the other part. Taking both sides gives the
 // same answers: the other side leaves the other part there.

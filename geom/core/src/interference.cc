@@ -443,9 +443,36 @@ PairClassification internal::ClassifyPairWith(const Part& a, const RigidTransfor
 
 namespace {
 
+PairClassification ClassifyAtFirstOrigin(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                         const RigidTransform& X_WB, const PairTolerances& tol,
+                                         const internal::DepthOptions& options);
+
+// The pair in a world frame moved to a's origin, so that the answer does not depend on where
+// the pair sits: the depth search's on-surface distance and the crossings' rounding allowance
+// scale with the coordinates involved, and at a world translation of 1e11 mm they already hid
+// a depth of 0.5 mm (a HARD clash answered CONTACT). Only b's translation is rounded (to the
+// nearest double of the difference, as any relative pose is); the witnesses are moved back.
 PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, const Part& b,
                                    const RigidTransform& X_WB, const PairTolerances& tol,
                                    const internal::DepthOptions& options) {
+  const Vec3 origin = X_WA.t;
+  RigidTransform X_OA = X_WA, X_OB = X_WB;
+  X_OA.t.setZero();
+  X_OB.t -= origin;
+  PairClassification r = ClassifyAtFirstOrigin(a, X_OA, b, X_OB, tol, options);
+  // (Witnesses are set for every class but kClear, and for a kClear pair within the search
+  // bound; otherwise they stay at the origin, as ClassifyAtFirstOrigin leaves them.)
+  if (r.cls != ClashClass::kClear || std::isfinite(r.distance_mm)) {
+    r.p_WA += origin;
+    r.p_WB += origin;
+  }
+  return r;
+}
+
+// ClassifyOrdered with a at the world origin (any world frame: the names say W).
+PairClassification ClassifyAtFirstOrigin(const Part& a, const RigidTransform& X_WA, const Part& b,
+                                         const RigidTransform& X_WB, const PairTolerances& tol,
+                                         const internal::DepthOptions& options) {
   PairClassification r;
   const double contact = std::max(0.0, tol.contact_mm);
   const double clearance = std::max(0.0, tol.clearance_mm);
