@@ -63,7 +63,7 @@ class PosedScene {
       }
       const std::string what = absl::StrCat("pose of ", rec->path);
       CLASH_ASSIGN_OR_RETURN(RigidTransform X, PoseFromUpdate(u, what));
-      // As a stored pose: beyond the broad phase's reach the arithmetic keeps no precision.
+      // As a stored pose: beyond the scene's reach the arithmetic keeps no precision.
       CLASH_RETURN_IF_ERROR(scene.CheckPlaceable(*rec->part, X, what));
       ps.overrides_[rec->id] = X;
     }
@@ -1071,11 +1071,11 @@ absl::StatusOr<v1::PickResponse> RunPick(const Scene& scene, const v1::PickReque
       return absl::InvalidArgumentError(
           absl::StrCat("ray ", i, ": origin and direction must be finite, direction non-zero"));
     }
-    // (As poses: beyond the broad phase's reach a ray's arithmetic keeps no precision, and an
+    // (As poses: beyond the scene's reach a ray's arithmetic keeps no precision, and an
     // origin at 1e300 mm answered a hit 1e300 mm away.)
-    if (ray.origin.cwiseAbs().maxCoeff() > geom::DynamicAabbTree::kMaxCoordinateMm) {
+    if (!(ray.origin.cwiseAbs().maxCoeff() <= Scene::kMaxCoordinateMm)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "ray ", i, ": origin beyond ", geom::DynamicAabbTree::kMaxCoordinateMm, " mm"));
+          "ray ", i, ": origin beyond the scene's reach (±", Scene::kMaxCoordinateMm, " mm)"));
     }
     if (!(std::isfinite(r.max_distance_mm()) && r.max_distance_mm() >= 0)) {
       return absl::InvalidArgumentError(

@@ -45,12 +45,21 @@ void Scene::Add(InstanceRec rec) {
   ++changes;
 }
 
-absl::Status Scene::CheckPlaceable(const PartEntry& part, const geom::RigidTransform& X_WP,
-                                   const std::string& what) const {
-  if (tree.Accepts(part.geom->bounds().Transformed(X_WP))) return absl::OkStatus();
+absl::Status Scene::CheckReach(const geom::Aabb& world_box, absl::FunctionRef<std::string()> what) {
+  // Written so that a NaN coordinate fails the test.
+  if (!world_box.IsEmpty() && (world_box.min.array() >= -kMaxCoordinateMm).all() &&
+      (world_box.max.array() <= kMaxCoordinateMm).all()) {
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat(what, " places the part beyond what the broad phase holds (coordinates of ",
-                   "more than ", geom::DynamicAabbTree::kMaxCoordinateMm, " mm)"));
+      absl::StrCat(what(), " beyond the scene's reach: world coordinates must stay within ±",
+                   kMaxCoordinateMm, " mm, where a double still resolves the tolerances"));
+}
+
+absl::Status Scene::CheckPlaceable(const PartEntry& part, const geom::RigidTransform& X_WP,
+                                   const std::string& what) {
+  return CheckReach(part.geom->bounds().Transformed(X_WP),
+                    [&] { return absl::StrCat(what, " places the part"); });
 }
 
 void Scene::SetPose(InstanceRec& rec, const geom::RigidTransform& X_WP) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "clash/geom/aabb.h"
@@ -165,11 +166,22 @@ class Scene {
   mutable std::mutex cache_mu;
   mutable PairCache pair_cache;
 
-  /// INVALID_ARGUMENT when `part` at `X_WP` has a world box the broad phase cannot hold
-  /// (coordinates beyond about 1e150 mm, geom::DynamicAabbTree::Accepts): such an instance could
-  /// be checked against nothing. Edits check their poses with it before they change anything.
-  [[nodiscard]] absl::Status CheckPlaceable(const PartEntry& part, const geom::RigidTransform& X_WP,
-                                            const std::string& what) const;
+  /// Largest magnitude (mm) of a world coordinate that an edit, a pose override, a motion or
+  /// a ray may reach. A double resolves about 1.2e-4 mm at 1e12 mm, still well below any
+  /// contact tolerance a tessellation gives, and the narrow phase's arithmetic stays far from
+  /// overflow; beyond it an answer's tolerances would be rounding. (Scenes stored by earlier
+  /// versions, which accepted up to geom::DynamicAabbTree::kMaxCoordinateMm, load as stored.)
+  static constexpr double kMaxCoordinateMm = 1e12;
+
+  /// INVALID_ARGUMENT, naming `what()` (built only then), unless `world_box` is not empty and
+  /// every coordinate is within ±kMaxCoordinateMm (a NaN is refused). Every check of a pose,
+  /// motion or staged pose comes here before anything changes.
+  [[nodiscard]] static absl::Status CheckReach(const geom::Aabb& world_box,
+                                               absl::FunctionRef<std::string()> what);
+  /// CheckReach of `part`'s box at `X_WP`, naming `what` as what places the part.
+  [[nodiscard]] static absl::Status CheckPlaceable(const PartEntry& part,
+                                                   const geom::RigidTransform& X_WP,
+                                                   const std::string& what);
 
   // Mutations (hold mu exclusively). They keep by_path, groups and the tree consistent.
   void Add(InstanceRec rec);

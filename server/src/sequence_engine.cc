@@ -167,9 +167,9 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
       }
     }
     CLASH_ASSIGN_OR_RETURN(const geom::Motion motion, motion_of(k));
-    // Everywhere the group goes must be within the broad phase's reach, as a pose must: beyond
-    // it the arithmetic keeps no precision (a motion of 1e200 mm passed through obstacles with
-    // τ infinite). The group's box in its first mover's frame, carried along the motion.
+    // Everywhere the group goes must be within the scene's reach, as a pose must: beyond it the
+    // arithmetic keeps no precision (a motion of 1e200 mm passed through obstacles with τ
+    // infinite). The group's box in its first mover's frame, carried along the motion.
     const InstanceRec* first = movers[k].front();
     const RigidTransform X_first_inv = first->X_WP.Inverse();
     geom::Aabb group;
@@ -178,12 +178,10 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     }
     const double travel =
         motion.MaxTravel(0, 1, geom::Sphere{group.Center(), 0.5 * group.Diagonal()});
-    if (!scene.tree.Accepts(group.Transformed(motion.start()).Inflated(travel))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "step ", k + 1, " (", first->path, "): the motion carries its parts beyond what the ",
-          "broad phase holds (coordinates of more than ", geom::DynamicAabbTree::kMaxCoordinateMm,
-          " mm)"));
-    }
+    CLASH_RETURN_IF_ERROR(
+        Scene::CheckReach(group.Transformed(motion.start()).Inflated(travel), [&] {
+          return absl::StrCat("step ", k + 1, " (", first->path, "): the motion carries its parts");
+        }));
   }
   // Staged instances, within a budget: a few bytes of request naming the whole scene many
   // times (an empty selector names every instance) must not take minutes past the deadline.
@@ -219,13 +217,14 @@ absl::Status RunSequence(const Scene& scene, const v1::ValidateSequenceRequest& 
     // all, so an entry whose translation plus the farthest corner of any part is well within
     // reach needs no check per instance (a part's box turned about the origin stays within
     // sqrt(3) times its farthest coordinate).
-    const bool surely_within = X.t.cwiseAbs().maxCoeff() + std::sqrt(3.0) * part_reach() <=
-                               0.5 * geom::DynamicAabbTree::kMaxCoordinateMm;
+    const bool surely_within =
+        X.t.cwiseAbs().maxCoeff() + std::sqrt(3.0) * part_reach() <= 0.5 * Scene::kMaxCoordinateMm;
     for (const InstanceRec* rec : recs) {
-      // (The message, with a path of up to 64 KiB, only for a refusal.)
-      if (!surely_within && !scene.tree.Accepts(rec->part->geom->bounds().Transformed(X))) {
-        return scene.CheckPlaceable(*rec->part, X,
-                                    absl::StrCat("staged[", i, "] (", rec->path, ")"));
+      if (!surely_within) {
+        // (The message, with a path of up to 64 KiB, only for a refusal.)
+        CLASH_RETURN_IF_ERROR(Scene::CheckReach(rec->part->geom->bounds().Transformed(X), [&] {
+          return absl::StrCat("staged[", i, "] (", rec->path, ") places the part");
+        }));
       }
       staged[rec->id] = X;
     }

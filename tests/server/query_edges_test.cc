@@ -1,6 +1,6 @@
 // The query engine at the edges a review of it found (in process, no server): an open part
 // inside a closed one, a depth-limited rule on a clash whose depth is unknown, distance over
-// instances at one spot, and ray origins beyond the broad phase's reach.
+// instances at one spot, and ray origins and poses beyond the scene's reach.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -114,8 +114,8 @@ TEST_F(QueryEdgesTest, DistanceOverInstancesAtOneSpotIsBounded) {
   EXPECT_EQ(d->distance_mm(), 0.0);
 }
 
-// A ray origin beyond the broad phase's reach (as a pose would be) is INVALID_ARGUMENT: at
-// 1e300 mm the arithmetic kept no precision and answered a hit 1e300 mm away.
+// A ray origin beyond the scene's reach (as a pose would be) is INVALID_ARGUMENT: at 1e300 mm the
+// arithmetic kept no precision and answered a hit 1e300 mm away.
 TEST_F(QueryEdgesTest, RayOriginsBeyondReachAreRefused) {
   Add("cube", MakeBox(Vec3(5, 5, 5)), Vec3(0, 0, 0));
   v1::PickRequest request;
@@ -124,6 +124,15 @@ TEST_F(QueryEdgesTest, RayOriginsBeyondReachAreRefused) {
   ToProto(Vec3(0, 0, -1), ray->mutable_direction());
   EXPECT_THAT(RunPick(*scene_, request, [] { return absl::OkStatus(); }).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "origin beyond"));
+  ToProto(Vec3(0, 0, 1.001e12), ray->mutable_origin_mm());
+  EXPECT_THAT(RunPick(*scene_, request, [] { return absl::OkStatus(); }).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "origin beyond the scene's reach"));
+  ToProto(Vec3(0, 0, 0.999e12), ray->mutable_origin_mm());
+  const auto far_hit = RunPick(*scene_, request, [] { return absl::OkStatus(); });
+  ASSERT_THAT(far_hit.status(), IsOk());
+  ASSERT_EQ(far_hit->hits_size(), 1);
+  EXPECT_TRUE(far_hit->hits(0).hit());
+  EXPECT_NEAR(far_hit->hits(0).distance_mm(), 0.999e12 - 5, 1e-3);
   ToProto(Vec3(0, 0, 50), ray->mutable_origin_mm());
   const auto hit = RunPick(*scene_, request, [] { return absl::OkStatus(); });
   ASSERT_THAT(hit.status(), IsOk());
@@ -154,6 +163,59 @@ TEST_F(QueryEdgesTest, PoseOverridesBeyondReachAreRefused) {
   const v1::InterferenceResponse r = Check(check);
   ASSERT_EQ(r.clashes_size(), 1);
   EXPECT_EQ(r.clashes(0).clash_class(), v1::HARD);
+}
+
+// At the edge of the scene's reach (±1e12 mm, where a double resolves 0.12 µm) pairs get the
+// classes, depths and distances they get at the origin; a pose or override just beyond it is
+// refused, one just inside is not.
+TEST_F(QueryEdgesTest, AtTheEdgeOfReachPairsAreClassedAsAtTheOrigin) {
+  const auto no_stop = [] { return absl::OkStatus(); };
+  const auto classify = [&](const Vec3& origin) {
+    scene_ = std::make_unique<Scene>("s1");
+    // Cubes of 10 mm, side by side along x: crossing by 0.5 mm, touching, 0.5 mm apart, 3 mm
+    // apart; each pair 100 mm from the next along y.
+    const double gaps[] = {-0.5, 0.0, 0.5, 3.0};
+    for (int i = 0; i < 4; ++i) {
+      const Vec3 at = origin + Vec3(0, 100.0 * i, 0);
+      Add("p" + std::to_string(i) + "a", MakeBox(Vec3(5, 5, 5)), at);
+      Add("p" + std::to_string(i) + "b", MakeBox(Vec3(5, 5, 5)), at + Vec3(10 + gaps[i], 1, 2));
+    }
+    v1::InterferenceRequest request;
+    request.mutable_tolerances()->set_contact_tolerance_mm(0.01);
+    request.mutable_tolerances()->set_clearance_mm(1.0);
+    return Check(request);
+  };
+  const v1::InterferenceResponse home = classify(Vec3::Zero());
+  ASSERT_EQ(home.clashes_size(), 3);
+  EXPECT_EQ(home.clashes(0).clash_class(), v1::HARD);
+  EXPECT_NEAR(home.clashes(0).depth_mm(), 0.5, 1e-9);
+  EXPECT_EQ(home.clashes(1).clash_class(), v1::CONTACT);
+  EXPECT_EQ(home.clashes(2).clash_class(), v1::CLEARANCE);
+  EXPECT_NEAR(home.clashes(2).distance_mm(), 0.5, 1e-9);
+  for (const Vec3& origin : {Vec3(0.999e12, -0.999e12, 0.5e12), Vec3(-0.999e12, 3e11, 0.999e12)}) {
+    SCOPED_TRACE(origin.transpose());
+    const v1::InterferenceResponse far = classify(origin);
+    ASSERT_EQ(far.clashes_size(), home.clashes_size());
+    for (int i = 0; i < far.clashes_size(); ++i) {
+      EXPECT_EQ(far.clashes(i).path_a(), home.clashes(i).path_a());
+      EXPECT_EQ(far.clashes(i).clash_class(), home.clashes(i).clash_class());
+      EXPECT_EQ(far.clashes(i).uncertain(), home.clashes(i).uncertain());
+      EXPECT_NEAR(far.clashes(i).depth_mm(), home.clashes(i).depth_mm(), 1e-3);
+      EXPECT_NEAR(far.clashes(i).distance_mm(), home.clashes(i).distance_mm(), 1e-3);
+      const Vec3 witness = FromProto(far.clashes(i).point_a_mm()) - origin;
+      EXPECT_LT((witness - FromProto(home.clashes(i).point_a_mm())).norm(), 1e-3);
+    }
+  }
+  // An override to just beyond the reach is refused; one just inside it is checked.
+  const uint64_t a = scene_->by_path.at("p3a");
+  v1::InterferenceRequest check;
+  v1::PoseUpdate* move = check.add_pose_overrides();
+  move->set_instance_id(a);
+  ToProto(geom::RigidTransform::Translation(Vec3(0, 0, 1e12)), move->mutable_pose());
+  EXPECT_THAT(RunInterference(*scene_, check, no_stop).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "beyond the scene's reach"));
+  ToProto(geom::RigidTransform::Translation(Vec3(0, 0, 1e12 - 6)), move->mutable_pose());
+  EXPECT_THAT(RunInterference(*scene_, check, no_stop).status(), IsOk());
 }
 
 // A page token of another scene's listing is INVALID_ARGUMENT (another request), not

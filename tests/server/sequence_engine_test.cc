@@ -275,18 +275,58 @@ TEST(SequenceEngine, AStepReportsTheContactToleranceItUsedAndAFreeStepItsInstall
   EXPECT_NEAR(steps[0].contact_tolerance_mm(), 100.0, 1e-6);
 }
 
-// A motion that carries its parts beyond the broad phase's reach is INVALID_ARGUMENT before any
-// step runs, as a pose there is: a travel of 1e200 mm passed through an obstacle with τ
+// A sequence at the edge of the scene's reach (a translation of about 1e12 mm, exact for these
+// boxes) gives the answers it gives at the origin: the same blockers and classes, and the same
+// parameters within τ's share of the travel (the bisection resolves a quarter of it; a double
+// resolves 1.2e-4 mm at 1e12 mm).
+TEST(SequenceEngine, AtTheEdgeOfReachASequenceIsAnsweredAsAtTheOrigin) {
+  const auto run = [](const Vec3& origin) {
+    BoxScene scene;
+    scene.Add("group/b", Vec3(1, 1, 1), origin + Vec3(100, 20, 0));
+    scene.Add("group/a", Vec3(1, 1, 1), origin + Vec3(100, 0, 0));
+    scene.Add("wall", Vec3(1, 10, 10), origin + Vec3(96, 0, 0));
+    scene.Add("post", Vec3(1, 1, 1), origin + Vec3(97, 23, 0));
+    v1::ValidateSequenceRequest req = InstallAlongX("group", 100);
+    req.mutable_tolerances()->set_clearance_mm(2);
+    req.set_clearance_profile(true);
+    const std::vector<v1::StepResult> steps = scene.Run(req);
+    EXPECT_EQ(steps.size(), 1u);
+    return steps.empty() ? v1::StepResult() : steps[0];
+  };
+  const v1::StepResult home = run(Vec3::Zero());
+  EXPECT_NEAR(home.blocked_t(), 0.94, 0.001);
+  for (const Vec3& origin : {Vec3(0.998e12, -0.998e12, 0.5e12), Vec3(-0.998e12, 0, 0.998e12)}) {
+    SCOPED_TRACE(origin.transpose());
+    const v1::StepResult far = run(origin);
+    EXPECT_EQ(far.ok(), home.ok());
+    EXPECT_EQ(far.undecided(), home.undecided());
+    EXPECT_NEAR(far.blocked_t(), home.blocked_t(), 0.01 / 100);
+    EXPECT_NEAR(far.first_contact_t(), home.first_contact_t(), 0.01 / 100);
+    ASSERT_EQ(far.blockers_size(), home.blockers_size());
+    for (int i = 0; i < far.blockers_size(); ++i) {
+      EXPECT_EQ(far.blockers(i).path(), home.blockers(i).path());
+      EXPECT_EQ(far.blockers(i).moving_path(), home.blockers(i).moving_path());
+    }
+    EXPECT_NEAR(far.min_clearance_mm(), home.min_clearance_mm(), 1e-3);
+    EXPECT_EQ(far.min_clearance_path(), home.min_clearance_path());
+    EXPECT_EQ(far.clearance_violated(), home.clearance_violated());
+    EXPECT_NEAR(far.profile_size(), home.profile_size(), 2);
+  }
+}
+
+// A motion that carries its parts beyond the scene's reach (±1e12 mm) is INVALID_ARGUMENT before
+// any step runs, as a pose there is: a travel of 1e200 mm passed through an obstacle with τ
 // infinite and answered ok. So is a keyframe offset or a staged pose out there; 1e6 mm is fine.
 TEST(SequenceEngine, MotionsAndStagedPosesBeyondReachAreRefused) {
   BoxScene scene;
   scene.Add("a", Vec3(1, 1, 1), Vec3(0, 0, 0));
   scene.Add("wall", Vec3(1, 10, 10), Vec3(-5, 0, 0));
   scene.Add("later", Vec3(1, 1, 1), Vec3(0, 50, 0));
-  v1::ValidateSequenceRequest req = InstallAlongX("a", 1e200);
+  v1::ValidateSequenceRequest req = InstallAlongX("a", 1.001e12);
   std::vector<v1::StepResult> steps;
   EXPECT_THAT(scene.RunStatus(req, &steps),
-              testing::StatusIs(absl::StatusCode::kInvalidArgument, "beyond what the broad"));
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                "the motion carries its parts beyond the scene's reach"));
   EXPECT_TRUE(steps.empty());
   req.mutable_steps(0)->mutable_motion()->mutable_linear()->set_distance_mm(1e6);
   steps = scene.Run(req);
@@ -297,7 +337,7 @@ TEST(SequenceEngine, MotionsAndStagedPosesBeyondReachAreRefused) {
   for (double t : {0.0, 1.0}) {
     v1::KeyframePath::Keyframe* k = m->mutable_path()->add_keyframes();
     k->set_t(t);
-    ToProto(RigidTransform::Translation(Vec3(t == 0 ? -1e200 : 0, 0, 0)), k->mutable_offset());
+    ToProto(RigidTransform::Translation(Vec3(t == 0 ? -1.001e12 : 0, 0, 0)), k->mutable_offset());
   }
   EXPECT_THAT(scene.RunStatus(req, &steps),
               testing::StatusIs(absl::StatusCode::kInvalidArgument,
@@ -305,7 +345,7 @@ TEST(SequenceEngine, MotionsAndStagedPosesBeyondReachAreRefused) {
   m->mutable_path()->mutable_keyframes(0)->mutable_offset()->mutable_translation_mm()->set_x(-20);
   v1::StagedInstance* staged = req.add_staged();
   staged->mutable_instances()->add_path_prefixes("later");
-  ToProto(RigidTransform::Translation(Vec3(0, 1e200, 0)), staged->mutable_pose());
+  ToProto(RigidTransform::Translation(Vec3(0, 1.001e12, 0)), staged->mutable_pose());
   EXPECT_THAT(scene.RunStatus(req, &steps),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, "staged[0] (later)"));
   req.clear_staged();

@@ -741,19 +741,20 @@ TEST_F(ServerTest, BadPosesAreInvalidArgumentAndChangeNothing) {
   EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "zero"));
   u->clear_pose();
   EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "no pose"));
-  // Finite but beyond what the broad phase holds: the instance would be checked against
-  // nothing, so it is refused, in a move and in a placement.
-  u->mutable_pose()->mutable_translation_mm()->set_z(1e200);
+  // Finite but beyond the scene's reach (±1e12 mm), where the tolerances would be rounding: it is
+  // refused, in a move and in a placement.
+  u->mutable_pose()->mutable_translation_mm()->set_z(1.001e12);
   u->mutable_pose()->mutable_quaternion()->set_w(1);
-  EXPECT_THAT(client_->SetPoses(req), StatusIs(absl::StatusCode::kInvalidArgument, "broad phase"));
+  EXPECT_THAT(client_->SetPoses(req),
+              StatusIs(absl::StatusCode::kInvalidArgument, "scene's reach"));
   {
     v1::AddInstancesRequest far;
     far.set_scene_id(scene);
     v1::PartPlacement* p = far.add_parts();
     p->set_part_id(part);
-    p->mutable_pose()->mutable_translation_mm()->set_x(-1e200);
+    p->mutable_pose()->mutable_translation_mm()->set_x(-1.001e12);
     EXPECT_THAT(client_->AddInstances(far),
-                StatusIs(absl::StatusCode::kInvalidArgument, "broad phase"));
+                StatusIs(absl::StatusCode::kInvalidArgument, "scene's reach"));
   }
   v1::InterferenceRequest check;
   check.set_scene_id(scene);
