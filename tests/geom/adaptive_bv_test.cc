@@ -188,7 +188,9 @@ TEST(AdaptiveBv, EveryVertexInsideEveryEnclosingNode) {
 
 // Property: every node box is tight on its own vertices. Each of its six faces touches a
 // vertex of the node's triangles, up to the growth the build adds for rounding; a box fitted
-// on vertices of other nodes too would stand off on some face.
+// on vertices of other nodes too would stand off on some face. Its axes are orthonormal to
+// double rounding and right-handed (single-precision matrices were off by ~1e-7, and the box
+// tests, which assume orthonormal axes, missed overlaps of near-parallel OBB nodes).
 TEST(AdaptiveBv, EveryNodeBoxTouchesItsVerticesOnEveryFace) {
   auto rng = SeededRng(64);
   for (int trial = 0; trial < testing::Trials(8, 3); ++trial) {
@@ -212,6 +214,9 @@ TEST(AdaptiveBv, EveryNodeBoxTouchesItsVerticesOnEveryFace) {
       for (std::size_t k = 0; k < nodes.size(); ++k) {
         const Obb box = part->NodeBox(nodes[k]);
         obb_nodes += nodes[k].IsObb();
+        ASSERT_LT((box.axes.transpose() * box.axes - Mat3::Identity()).cwiseAbs().maxCoeff(), 1e-15)
+            << "node " << k;
+        ASSERT_NEAR(box.axes.determinant(), 1.0, 1e-15) << "node " << k;
         Vec3 lo = Vec3::Constant(std::numeric_limits<double>::infinity()), hi = -lo;
         for (uint32_t s = range[k].first; s < range[k].second; ++s) {
           for (uint32_t v : m.triangles()[s]) {
@@ -220,7 +225,7 @@ TEST(AdaptiveBv, EveryNodeBoxTouchesItsVerticesOnEveryFace) {
             hi = hi.cwiseMax(q);
           }
         }
-        const double tol = 1e-5 * box.half.sum() + slack;
+        const double tol = 1e-12 * box.half.sum() + slack;
         for (int a = 0; a < 3; ++a) {
           ASSERT_NEAR(hi[a], box.half[a], tol) << "node " << k << " axis " << a;
           ASSERT_NEAR(lo[a], -box.half[a], tol) << "node " << k << " axis " << a;

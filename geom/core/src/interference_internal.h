@@ -14,8 +14,9 @@
 namespace clash::geom::internal {
 
 /// Growth of an OBB node's box, relative to its size (times the sum of its half extents + 1),
-/// where a bound must hold whatever the box holds (motion bounds, vertices in a box): far above
-/// the ~1e-7 by which its single-precision axes are not orthonormal.
+/// where a bound must hold whatever the box holds (motion bounds, vertices in a box): a margin
+/// far above the rounding of projections on its axes (orthonormal to double rounding,
+/// Part::AxesOf; when they were single-precision matrices, to ~1e-7).
 inline constexpr double kObbGrowRelative = 1e-6;
 
 /// A point on the surface of part P (P frame) with a triangle holding it, and an upper bound of

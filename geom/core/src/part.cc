@@ -1,5 +1,6 @@
 #include "clash/geom/part.h"
 
+#include <Eigen/Geometry>
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -86,12 +87,17 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
   for (std::size_t k = 0; k < count; ++k) {
     const auto& tn = topo.nodes[k];
     AdaptiveBox chosen;
+    Part::NodeRotation rotation;
     chosen.box = Obb::FromAabb(tn.box);
     chosen.aabb_volume = tn.box.Volume();
     if (moments[k].area > 0) {
       PrincipalFrame frame = PrincipalAxes(moments[k].Mean() + ref, moments[k].Covariance());
-      // OBB axes are stored in single precision: choose and fit on the rounded axes.
-      frame.axes = frame.axes.cast<float>().cast<double>();
+      // OBB axes are stored as a single-precision quaternion: choose and fit on the axes it
+      // gives (PrincipalAxes' are right-handed).
+      const Eigen::Quaterniond q(frame.axes);
+      rotation = Part::NodeRotation(static_cast<float>(q.w()), static_cast<float>(q.x()),
+                                    static_cast<float>(q.y()), static_cast<float>(q.z()));
+      frame.axes = Part::AxesOf(rotation);
       if (!TakesAabb(frame, options.bv) &&
           part->rotations_.size() < std::min(options.max_obb_nodes, kMaxObbNodes)) {
         // The node's vertex set, each vertex about once (repeats do not change the box),
@@ -108,18 +114,13 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
         chosen = ChooseFittedBox(fit.Box(), tn.box, options.bv);
       }
     }
-    if (chosen.is_obb) {
-      // The rounded axes depart from orthonormality by ~1e-7, which the box tests assume:
-      // grow the extents to cover it.
-      chosen.box.half.array() += 4e-6 * chosen.box.half.sum();
-    }
     BvhNode& out = part->nodes_[k];
     out.center = chosen.box.center;
     out.half = chosen.box.half.array() + inflate;
     out.index = tn.index;
     out.meta = tn.IsLeaf() ? tn.count : 0u;
     if (chosen.is_obb) {
-      part->rotations_.push_back(chosen.box.axes.cast<float>());
+      part->rotations_.push_back(rotation);
       out.meta |= static_cast<uint32_t>(part->rotations_.size()) << 8;
       ++st.obb_nodes;
     } else {
@@ -137,7 +138,7 @@ absl::StatusOr<std::shared_ptr<const Part>> Part::Create(TriangleMesh mesh,
   st.depth = topo.depth;
   st.sah_cost = topo.sah_cost;
   st.memory_bytes = m.MemoryBytes() + part->nodes_.capacity() * sizeof(BvhNode) +
-                    part->rotations_.capacity() * sizeof(Eigen::Matrix3f) +
+                    part->rotations_.capacity() * sizeof(Part::NodeRotation) +
                     part->first_uses_.capacity() + part->ray_bvh_.MemoryBytes();
   return std::shared_ptr<const Part>(std::move(part));
 }

@@ -112,8 +112,8 @@ struct PairFrame {
     Vec3 t;
     Relative(na, nb, &R, &t);
     const Vec3 w = na.IsObb() ? Vec3(a.NodeAxes(na).transpose() * w_A) : w_A;
-    // OBB axes are orthonormal only to ~1e-7 (single precision), which the projected radii
-    // assume: such boxes are grown by far more than that hides.
+    // OBB boxes are grown by far more than the rounding of the projected radii can hide
+    // (kObbGrowRelative).
     return BoxSeparationTravel(GrownIfObb(na), GrownIfObb(nb), R, t, w, margin, target);
   }
 
@@ -482,8 +482,8 @@ bool ContainsPoint(const Part& part, const Vec3& p_PQ) {
 
 namespace {
 
-// OBB node axes are orthonormal only to ~1e-7 (single precision): a gap measured along them
-// may exceed the true distance by that fraction, so it is shrunk by far more.
+// A gap measured along OBB node axes is shrunk by far more than the rounding of its projections
+// (a margin kept from when the axes were orthonormal only to ~1e-7; Part::AxesOf).
 constexpr double kObbGapShrink = 1.0 - 1e-6;
 
 // Lower bound of the squared distance from p (part frame) to anything inside node n's box.
@@ -1019,8 +1019,8 @@ double FreeTranslation(const Part& a, const RigidTransform& X_WA, const Part& b,
 
 namespace {
 
-// A node's footprint about the axis (in the part's frame). OBB axes are orthonormal only to
-// ~1e-7 (single precision): the footprint is grown by far more than what that can hide.
+// A node's footprint about the axis (in the part's frame). An OBB node's footprint is grown by
+// far more than the rounding of projections on its axes can hide (kObbGrowRelative).
 internal::Footprint NodeFootprint(const Part& part, const BvhNode& n,
                                   const internal::AxisLine& line) {
   internal::Footprint f = internal::BoxFootprint(n.center, part.NodeAxes(n), n.half, line);

@@ -81,12 +81,28 @@ class Part {
   [[nodiscard]] const TriangleMesh& mesh() const { return mesh_; }
   /// The nodes; nodes()[0] is the root.
   [[nodiscard]] const std::vector<BvhNode>& nodes() const { return nodes_; }
-  /// Axes of the OBB nodes (columns), by slot, stored in single precision; node extents are
-  /// fitted to exactly these axes.
-  [[nodiscard]] const std::vector<Eigen::Matrix3f>& rotations() const { return rotations_; }
+  /// The axes of an OBB node, stored as a single-precision quaternion (w, x, y, z), not
+  /// necessarily of unit norm.
+  using NodeRotation = Eigen::Vector4f;
+  /// The rotations of the OBB nodes, by slot; node extents are fitted to exactly the axes
+  /// AxesOf gives.
+  [[nodiscard]] const std::vector<NodeRotation>& rotations() const { return rotations_; }
+  /// The rotation matrix of q (its columns a box's axes), orthonormal to double rounding
+  /// whatever q's norm: the box tests assume orthonormal axes (a matrix of single-precision
+  /// entries is orthonormal only to ~1e-7, which made the separating-axis test of
+  /// near-parallel OBB nodes answer "apart" for boxes that overlap).
+  [[nodiscard]] static Mat3 AxesOf(const NodeRotation& q) {
+    const double w = q[0], x = q[1], y = q[2], z = q[3];
+    const double s = 2.0 / (w * w + x * x + y * y + z * z);
+    Mat3 R;
+    R << 1.0 - s * (y * y + z * z), s * (x * y - w * z), s * (x * z + w * y),  //
+        s * (x * y + w * z), 1.0 - s * (x * x + z * z), s * (y * z - w * x),   //
+        s * (x * z - w * y), s * (y * z + w * x), 1.0 - s * (x * x + y * y);
+    return R;
+  }
   /// Box axes of a node (identity for AABB nodes).
   [[nodiscard]] Mat3 NodeAxes(const BvhNode& n) const {
-    return n.IsObb() ? Mat3(rotations_[n.ObbSlot()].cast<double>()) : Mat3::Identity();
+    return n.IsObb() ? AxesOf(rotations_[n.ObbSlot()]) : Mat3::Identity();
   }
   /// The box of a node as an Obb.
   [[nodiscard]] Obb NodeBox(const BvhNode& n) const { return {n.center, NodeAxes(n), n.half}; }
@@ -107,7 +123,7 @@ class Part {
  private:
   TriangleMesh mesh_;
   std::vector<BvhNode> nodes_;
-  std::vector<Eigen::Matrix3f> rotations_;
+  std::vector<NodeRotation> rotations_;
   std::vector<uint8_t> first_uses_;
   RayBvh ray_bvh_;
   PartStats stats_;

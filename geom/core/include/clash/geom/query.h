@@ -73,8 +73,10 @@ struct DistanceResult {
   uint32_t tri_b = 0;                                         ///< Triangle of b holding p_WB.
 };
 
-/// Minimum surface distance. Pairs farther apart than `upper_bound` are ignored: when
-/// nothing is closer, distance stays +inf. A NaN upper_bound counts as +inf (no bound).
+/// Minimum surface distance. Only pairs closer than `upper_bound` are sure to be measured (the
+/// walk prunes node pairs not nearer than it, so a pair at exactly the bound may be left out;
+/// callers that need it inclusive ask a hair beyond it): when nothing is closer, distance stays
+/// +inf. A NaN upper_bound counts as +inf (no bound).
 [[nodiscard]] DistanceResult Distance(const Part& a, const RigidTransform& X_WA, const Part& b,
                                       const RigidTransform& X_WB,
                                       double upper_bound = std::numeric_limits<double>::infinity());
