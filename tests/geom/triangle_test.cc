@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "testing/random_geometry.h"
 
@@ -12,6 +14,7 @@ namespace {
 
 using testing::RandomPoint;
 using testing::SeededRng;
+using testing::Trials;
 using testing::Uniform;
 
 Triangle RandomTriangle(std::mt19937& rng, double r, const Vec3& c = Vec3::Zero()) {
@@ -444,6 +447,107 @@ TEST(TriangleTriangle, SeparationTravelScalesExactly) {
     }
   }
   EXPECT_GT(finite, 40);
+}
+
+Triangle Scaled(const Triangle& t, double k) { return {k * t.a, k * t.b, k * t.c}; }
+
+// Scaling the inputs by a power of two scales every answer by it exactly, from 2^-400 (~4e-121)
+// to 2^498 (~8e149) mm. Unscaled, plane distances overflowed for triangles of about 1e55 mm
+// (every pair went down the coplanar path: false intersections), closest points for 1e77 mm
+// (distances too large, and not conservative for sweeps), and tiny triangles underflowed.
+TEST(TriangleTriangle, AnswersScaleExactlyWithPowersOfTwo) {
+  auto rng = SeededRng(49);
+  int hits = 0;
+  const int trials = Trials(400);
+  for (int i = 0; i < trials; ++i) {
+    const Triangle x = RandomTriangle(rng, 1), y = RandomTriangle(rng, 1, RandomPoint(rng, 0.25));
+    const Vec3 p = RandomPoint(rng, 2);
+    const TriangleIntersection r = IntersectTriangles(x, y);
+    const TriangleDistance d = DistanceTriangles(x, y);
+    const Vec3 c = ClosestPointOnTriangle(p, x);
+    hits += r.intersects;
+    for (int e : {-400, -200, -100, 20, 100, 200, 330, 498}) {
+      SCOPED_TRACE(::testing::Message() << "trial " << i << " scale 2^" << e);
+      const double k = std::ldexp(1.0, e);
+      const Triangle kx = Scaled(x, k), ky = Scaled(y, k);
+      const TriangleIntersection kr = IntersectTriangles(kx, ky);
+      ASSERT_EQ(kr.intersects, r.intersects);
+      EXPECT_EQ(kr.coplanar, r.coplanar);
+      EXPECT_EQ(kr.p0, k * r.p0);
+      EXPECT_EQ(kr.p1, k * r.p1);
+      const TriangleDistance kd = DistanceTriangles(kx, ky);
+      EXPECT_EQ(kd.distance, k * d.distance);
+      EXPECT_EQ(kd.p1, k * d.p1);
+      EXPECT_EQ(kd.p2, k * d.p2);
+      // An upper bound scales with them.
+      EXPECT_EQ(DistanceTriangles(kx, ky, k * (d.distance + 0.25)).distance, kd.distance);
+      EXPECT_EQ(ClosestPointOnTriangle(k * p, kx), k * c);
+    }
+  }
+  // Hit-rate window (22-30 % meet): both outcomes occur in quantity.
+  ::testing::Test::RecordProperty("hits", hits);
+  EXPECT_GT(hits, trials / 10);
+  EXPECT_LT(hits, trials * 4 / 5);
+}
+
+// Brute force: the smallest distance between points sampled on the two triangles (n steps along
+// two edges of each), computed with hypot so that nothing over- or underflows at any scale. It is
+// at least the true distance and at most (L1 + L2) / n more, L the triangles' longest edges.
+double SampledDistance(const Triangle& x, const Triangle& y, int n) {
+  std::vector<Vec3> sx, sy;
+  for (int u = 0; u <= n; ++u) {
+    for (int v = 0; u + v <= n; ++v) {
+      const double fu = static_cast<double>(u) / n, fv = static_cast<double>(v) / n;
+      sx.push_back(x.a + fu * (x.b - x.a) + fv * (x.c - x.a));
+      sy.push_back(y.a + fu * (y.b - y.a) + fv * (y.c - y.a));
+    }
+  }
+  double best = kInf;
+  for (const Vec3& a : sx) {
+    for (const Vec3& b : sy) {
+      best = std::min(best, std::hypot(a.x() - b.x(), a.y() - b.y(), a.z() - b.z()));
+    }
+  }
+  return best;
+}
+
+double LongestEdge(const Triangle& t) {
+  return std::max({(t.b - t.a).norm(), (t.c - t.b).norm(), (t.a - t.c).norm()});
+}
+
+// The same random configurations at decimal scales from 1e-30 to 1e150 mm (rounded, so not
+// exactly the same triangles): the same yes/no as at scale 1, the distance S times the distance
+// at scale 1 up to rounding, never above the sampled distance by more than rounding, and within
+// the sampling's resolution of it.
+TEST(TriangleTriangle, DecimalScalesAgreeWithScaleOneAndWithBruteForce) {
+  auto rng = SeededRng(50);
+  // Relative rounding of the answers: coordinates rounded at scale S and the tests' own
+  // rounding are ~1e-16 relative, far below this.
+  constexpr double kRelative = 1e-12;
+  constexpr int kSteps = 16;
+  int hits = 0;
+  const int trials = Trials(120);
+  for (int i = 0; i < trials; ++i) {
+    const Triangle x = RandomTriangle(rng, 1), y = RandomTriangle(rng, 1, RandomPoint(rng, 0.25));
+    const bool hit = IntersectTriangles(x, y).intersects;
+    const double d = DistanceTriangles(x, y).distance;
+    hits += hit;
+    for (double S : {1.0, 1e-30, 1e30, 1e60, 1e100, 1e150}) {
+      SCOPED_TRACE(::testing::Message() << "trial " << i << " scale " << S);
+      const Triangle sx = Scaled(x, S), sy = Scaled(y, S);
+      EXPECT_EQ(IntersectTriangles(sx, sy).intersects, hit);
+      const double sd = DistanceTriangles(sx, sy).distance;
+      EXPECT_EQ(sd == 0.0, hit);
+      EXPECT_NEAR(sd, S * d, kRelative * S);
+      const double sampled = SampledDistance(sx, sy, kSteps);
+      EXPECT_LE(sd, sampled * (1 + kRelative));
+      EXPECT_GE(sd, sampled - (LongestEdge(sx) + LongestEdge(sy)) / kSteps);
+    }
+  }
+  // Hit-rate window (22-30 % meet): both outcomes occur in quantity.
+  ::testing::Test::RecordProperty("hits", hits);
+  EXPECT_GT(hits, trials / 10);
+  EXPECT_LT(hits, trials * 4 / 5);
 }
 
 }  // namespace

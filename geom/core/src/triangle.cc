@@ -19,6 +19,44 @@ namespace {
 // tessellation feature.
 constexpr double kPlaneSnapRelative = 1e-12;
 
+// Scale. The triangle tests form products of up to the sixth power of coordinate differences
+// (IntersectTriangles' snapped plane distances; the closest points go to the fourth). Unscaled,
+// these overflowed for triangles of about 1e55 mm (every pair went down the coplanar path: false
+// intersections) and 1e77 mm (distances came out too large), and underflowed below about 1e-50
+// mm. So each public test first checks that the largest difference it will form lies in
+// [2^-40, 2^40] (about 1e-12 to 1e12 mm), from quantities it computes anyway or in a few
+// operations, and otherwise scales its inputs by the power of two that brings the largest
+// coordinate magnitude into [1, 2), and its answers back. Scaling by a power of two is exact: the
+// answers for inputs scaled by 2^k are the answers scaled by 2^k, bit for bit, as long as neither
+// computation over- or underflows. Absolute coordinates enter only multiplied by a difference to
+// at most the fourth power (the ends of IntersectTriangles' segments along n1 x n2), which stays
+// finite far beyond the 1e150 mm the broad phase accepts.
+constexpr double kUnscaledMin = 0x1p-40;
+constexpr double kUnscaledMax = 0x1p+40;
+
+// Whether the largest coordinate difference `length` (or its square `length2`) is in range;
+// false for NaN.
+bool LengthInRange(double length) { return length >= kUnscaledMin && length <= kUnscaledMax; }
+bool Length2InRange(double length2) {
+  return length2 >= kUnscaledMin * kUnscaledMin && length2 <= kUnscaledMax * kUnscaledMax;
+}
+
+double MaxAbs(const Vec3& v) { return v.cwiseAbs().maxCoeff(); }
+double MaxAbs(const Triangle& t) { return std::max({MaxAbs(t.a), MaxAbs(t.b), MaxAbs(t.c)}); }
+
+// A power of two `to` bringing max_abs into [1, 2), and its inverse `back` (the exponent is kept
+// within +-1023, so both are representable); 1 for zero or non-finite magnitudes.
+struct PowerOfTwoScale {
+  double to = 1.0, back = 1.0;
+};
+PowerOfTwoScale ScaleToUnit(double max_abs) {
+  if (!(max_abs > 0.0) || !std::isfinite(max_abs)) return {};
+  const int e = std::min(-std::ilogb(max_abs), 1023);
+  return {std::ldexp(1.0, e), std::ldexp(1.0, -e)};
+}
+
+Triangle Scaled(const Triangle& t, double s) { return {s * t.a, s * t.b, s * t.c}; }
+
 double MaxEdgeLengthSquared(const Triangle& t) {
   return std::max(
       {(t.b - t.a).squaredNorm(), (t.c - t.b).squaredNorm(), (t.a - t.c).squaredNorm()});
@@ -131,11 +169,11 @@ TriangleIntersection CoplanarIntersection(const Triangle& t1, const Triangle& t2
   return r;
 }
 
-// A triangle of (nearly) zero area: its height is at most kPlaneSnapRelative of its longest
-// edge, below what the plane tests resolve. Its normal has no direction, so it is taken as
-// the segment it spans.
-bool IsFlat(const Triangle& t, const Vec3& n) {
-  return !(n.norm() > kPlaneSnapRelative * MaxEdgeLengthSquared(t));
+// A triangle of (nearly) zero area, given its normal n and MaxEdgeLengthSquared: its height is at
+// most kPlaneSnapRelative of its longest edge, below what the plane tests resolve. Its normal has
+// no direction, so it is taken as the segment it spans.
+bool IsFlat(const Vec3& n, double max_edge2) {
+  return !(n.norm() > kPlaneSnapRelative * max_edge2);
 }
 
 // The segment a flat triangle spans: its two vertices farthest apart.
@@ -150,6 +188,65 @@ std::pair<Vec3, Vec3> Span(const Triangle& t) {
     }
   }
   return {t[best], t[(best + 1) % 3]};
+}
+
+// The point of the three edges of t closest to p: the closest point of a flat triangle.
+Vec3 ClosestPointOnEdges(const Vec3& p, const Triangle& t) {
+  Vec3 best = t.a, q, r;
+  double best_d2 = (p - t.a).squaredNorm();
+  for (int i = 0; i < 3; ++i) {
+    const double d2 = ClosestPointsSegments(p, p, t[i], t[(i + 1) % 3], &q, &r);
+    if (d2 < best_d2) {
+      best_d2 = d2;
+      best = r;
+    }
+  }
+  return best;
+}
+
+[[gnu::noinline]] Vec3 ClosestPointRescaled(const Vec3& p, const Triangle& t);
+
+// Ericson's Voronoi-region method. Unguarded, on inputs the caller has brought within range.
+// Guarded (ClosestPointOnTriangle), on inputs of any scale: the vertex regions of a and b are
+// decided on dot products of two differences, which for differences between about 1e-150 and
+// 1e150 mm neither overflow nor round otherwise than at unit scale; before the first product of
+// two of them, differences outside the unscaled range go to ClosestPointRescaled. (A point that
+// meets the triangle at a or b pays nothing for the check.)
+template <bool kGuarded>
+[[gnu::always_inline]] inline Vec3 ClosestPoint(const Vec3& p, const Triangle& t) {
+  const Vec3 &a = t.a, &b = t.b, &c = t.c;
+  Vec3 ab = b - a, ac = c - a, ap = p - a;
+  double d1 = ab.dot(ap), d2 = ac.dot(ap);
+  if (d1 <= 0 && d2 <= 0) return a;
+  Vec3 bp = p - b;
+  double d3 = ab.dot(bp), d4 = ac.dot(bp);
+  if (d3 >= 0 && d4 <= d3) return b;
+  if constexpr (kGuarded) {
+    // Every difference formed below is a sum of two of ab, ac, ap.
+    if (!Length2InRange((ab.cwiseAbs2() + ac.cwiseAbs2() + ap.cwiseAbs2()).sum())) [[unlikely]] {
+      return ClosestPointRescaled(p, t);
+    }
+  }
+  double vc = d1 * d4 - d3 * d2;
+  if (vc <= 0 && d1 >= 0 && d3 <= 0) return a + (d1 / (d1 - d3)) * ab;
+  Vec3 cp = p - c;
+  double d5 = ab.dot(cp), d6 = ac.dot(cp);
+  if (d6 >= 0 && d5 <= d6) return c;
+  double vb = d5 * d2 - d1 * d6;
+  if (vb <= 0 && d2 >= 0 && d6 <= 0) return a + (d2 / (d2 - d6)) * ac;
+  double va = d3 * d6 - d5 * d4;
+  if (va <= 0 && (d4 - d3) >= 0 && (d5 - d6) >= 0) {
+    return b + ((d4 - d3) / ((d4 - d3) + (d5 - d6))) * (c - b);
+  }
+  double denom = va + vb + vc;
+  // Degenerate (zero-area) triangle: the closest point of its three edges.
+  if (!(denom > 0)) return ClosestPointOnEdges(p, t);
+  double v = vb / denom, w = vc / denom;
+  return a + ab * v + ac * w;
+}
+
+[[gnu::always_inline]] inline Vec3 ClosestPointUnscaled(const Vec3& p, const Triangle& t) {
+  return ClosestPoint<false>(p, t);
 }
 
 // A segment [p, q] against a triangle t of normal n (not flat), touching within sqrt(snap2):
@@ -191,7 +288,7 @@ TriangleIntersection SegmentTriangleIntersection(const Vec3& p, const Vec3& q, c
     }
   }
   for (const Vec3& e : {p, q}) {
-    const Vec3 c = ClosestPointOnTriangle(e, t);
+    const Vec3 c = ClosestPointUnscaled(e, t);
     const double d2 = (e - c).squaredNorm();
     if (d2 < best) {
       best = d2;
@@ -233,43 +330,16 @@ double SolidAngle(const Vec3& a, const Vec3& b, const Vec3& c) {
   return 2.0 * std::atan2(num, den);
 }
 
-Vec3 ClosestPointOnTriangle(const Vec3& p, const Triangle& t) {
-  const Vec3 &a = t.a, &b = t.b, &c = t.c;
-  Vec3 ab = b - a, ac = c - a, ap = p - a;
-  double d1 = ab.dot(ap), d2 = ac.dot(ap);
-  if (d1 <= 0 && d2 <= 0) return a;
-  Vec3 bp = p - b;
-  double d3 = ab.dot(bp), d4 = ac.dot(bp);
-  if (d3 >= 0 && d4 <= d3) return b;
-  double vc = d1 * d4 - d3 * d2;
-  if (vc <= 0 && d1 >= 0 && d3 <= 0) return a + (d1 / (d1 - d3)) * ab;
-  Vec3 cp = p - c;
-  double d5 = ab.dot(cp), d6 = ac.dot(cp);
-  if (d6 >= 0 && d5 <= d6) return c;
-  double vb = d5 * d2 - d1 * d6;
-  if (vb <= 0 && d2 >= 0 && d6 <= 0) return a + (d2 / (d2 - d6)) * ac;
-  double va = d3 * d6 - d5 * d4;
-  if (va <= 0 && (d4 - d3) >= 0 && (d5 - d6) >= 0) {
-    return b + ((d4 - d3) / ((d4 - d3) + (d5 - d6))) * (c - b);
-  }
-  double denom = va + vb + vc;
-  if (!(denom > 0)) {
-    // Degenerate (zero-area) triangle: the closest point of its three edges.
-    Vec3 best = a, q, r;
-    double best_d2 = (p - a).squaredNorm();
-    const Vec3* v[3] = {&a, &b, &c};
-    for (int i = 0; i < 3; ++i) {
-      double d2e = ClosestPointsSegments(p, p, *v[i], *v[(i + 1) % 3], &q, &r);
-      if (d2e < best_d2) {
-        best_d2 = d2e;
-        best = r;
-      }
-    }
-    return best;
-  }
-  double v = vb / denom, w = vc / denom;
-  return a + ab * v + ac * w;
+namespace {
+
+[[gnu::noinline]] Vec3 ClosestPointRescaled(const Vec3& p, const Triangle& t) {
+  const PowerOfTwoScale s = ScaleToUnit(std::max(MaxAbs(t), MaxAbs(p)));
+  return s.back * ClosestPointUnscaled(s.to * p, Scaled(t, s.to));
 }
+
+}  // namespace
+
+Vec3 ClosestPointOnTriangle(const Vec3& p, const Triangle& t) { return ClosestPoint<true>(p, t); }
 
 double ClosestPointsSegments(const Vec3& p1, const Vec3& q1, const Vec3& p2, const Vec3& q2,
                              Vec3* out_p, Vec3* out_q) {
@@ -312,16 +382,21 @@ std::optional<RayTriangleHit> IntersectRayTriangle(const Ray& ray, const Triangl
   return RayTriangleHit{hit->t, hit->u, hit->v};
 }
 
-TriangleIntersection IntersectTriangles(const Triangle& t1, const Triangle& t2) {
+namespace {
+
+// IntersectTriangles on inputs the caller has brought within range, given their
+// MaxEdgeLengthSquared e1, e2.
+[[gnu::always_inline]] inline TriangleIntersection IntersectUnscaled(const Triangle& t1,
+                                                                     const Triangle& t2, double e1,
+                                                                     double e2) {
   TriangleIntersection r;
   // Snap |d| <= kPlaneSnapRelative * scale * |n|, compared squared (no square roots).
-  const double k2 = kPlaneSnapRelative * kPlaneSnapRelative *
-                    std::max(MaxEdgeLengthSquared(t1), MaxEdgeLengthSquared(t2));
+  const double k2 = kPlaneSnapRelative * kPlaneSnapRelative * std::max(e1, e2);
   const Vec3 n1 = t1.RawNormal(), n2 = t2.RawNormal();
   // A zero-area triangle is the segment it spans (the closed triangle's point set). Its zero
   // normal once snapped every distance to its "plane" to 0, so the pair went down the coplanar
   // path and a segment crossing the other's plane outside it was reported intersecting.
-  const bool flat1 = IsFlat(t1, n1), flat2 = IsFlat(t2, n2);
+  const bool flat1 = IsFlat(n1, e1), flat2 = IsFlat(n2, e2);
   if (flat1 && flat2) {
     const auto [p1, q1] = Span(t1);
     const auto [p2, q2] = Span(t2);
@@ -357,6 +432,29 @@ TriangleIntersection IntersectTriangles(const Triangle& t1, const Triangle& t2) 
   return r;
 }
 
+TriangleIntersection IntersectUnscaled(const Triangle& t1, const Triangle& t2) {
+  return IntersectUnscaled(t1, t2, MaxEdgeLengthSquared(t1), MaxEdgeLengthSquared(t2));
+}
+
+[[gnu::noinline]] TriangleIntersection IntersectRescaled(const Triangle& t1, const Triangle& t2) {
+  const PowerOfTwoScale s = ScaleToUnit(std::max(MaxAbs(t1), MaxAbs(t2)));
+  TriangleIntersection r = IntersectUnscaled(Scaled(t1, s.to), Scaled(t2, s.to));
+  r.p0 *= s.back;
+  r.p1 *= s.back;
+  return r;
+}
+
+}  // namespace
+
+TriangleIntersection IntersectTriangles(const Triangle& t1, const Triangle& t2) {
+  // Every difference between vertices is at most |t2.a - t1.a| plus two edges.
+  const double e1 = MaxEdgeLengthSquared(t1), e2 = MaxEdgeLengthSquared(t2);
+  if (Length2InRange(std::max({e1, e2, (t2.a - t1.a).squaredNorm()}))) [[likely]] {
+    return IntersectUnscaled(t1, t2, e1, e2);
+  }
+  return IntersectRescaled(t1, t2);
+}
+
 bool TrianglesIntersect(const Triangle& t1, const Triangle& t2) {
   return IntersectTriangles(t1, t2).intersects;
 }
@@ -369,12 +467,19 @@ double SegmentBoxGap2(const Vec3& a0, const Vec3& a1, const Vec3& b0, const Vec3
   return gap.cwiseMax(0.0).squaredNorm();
 }
 
-}  // namespace
+std::array<Aabb, 2> Boxes(const Triangle& t1, const Triangle& t2) {
+  return {Aabb{t1.a.cwiseMin(t1.b).cwiseMin(t1.c), t1.a.cwiseMax(t1.b).cwiseMax(t1.c)},
+          Aabb{t2.a.cwiseMin(t2.b).cwiseMin(t2.c), t2.a.cwiseMax(t2.b).cwiseMax(t2.c)}};
+}
 
-TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2, double upper_bound) {
+// DistanceTriangles on inputs the caller has brought within range, with their Boxes.
+TriangleDistance DistanceUnscaled(const Triangle& t1, const Triangle& t2, double upper_bound,
+                                  const std::array<Aabb, 2>& boxes) {
   TriangleDistance best;
   double best_d2 = std::numeric_limits<double>::infinity();
   const double bound2 = upper_bound * upper_bound;
+  const Aabb& box1 = boxes[0];
+  const Aabb& box2 = boxes[1];
   Vec3 p, q;
   // Edge pairs first. When the closest points P, Q of two edges have each triangle's third
   // vertex on its own side of the planes through P and Q normal to Q - P, the triangles lie in
@@ -402,17 +507,15 @@ TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2, doubl
   }
   // No edge pair is separating: the closest feature pair is a vertex and a face, or the
   // triangles intersect (an edge piercing the other's face is no edge-edge contact).
-  const TriangleIntersection x = IntersectTriangles(t1, t2);
+  const TriangleIntersection x = IntersectUnscaled(t1, t2);
   if (x.intersects) {
     best.distance = 0.0;
     best.p1 = best.p2 = x.p0;
     return best;
   }
-  const Aabb box1{t1.a.cwiseMin(t1.b).cwiseMin(t1.c), t1.a.cwiseMax(t1.b).cwiseMax(t1.c)};
-  const Aabb box2{t2.a.cwiseMin(t2.b).cwiseMin(t2.c), t2.a.cwiseMax(t2.b).cwiseMax(t2.c)};
   for (int i = 0; i < 3; ++i) {
     if ((t1[i] - box2.ClosestPoint(t1[i])).squaredNorm() < std::min(best_d2, bound2)) {
-      q = ClosestPointOnTriangle(t1[i], t2);
+      q = ClosestPointUnscaled(t1[i], t2);
       const double d2 = (t1[i] - q).squaredNorm();
       if (d2 < best_d2) {
         best_d2 = d2;
@@ -421,7 +524,7 @@ TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2, doubl
       }
     }
     if ((t2[i] - box1.ClosestPoint(t2[i])).squaredNorm() < std::min(best_d2, bound2)) {
-      p = ClosestPointOnTriangle(t2[i], t1);
+      p = ClosestPointUnscaled(t2[i], t1);
       const double d2 = (t2[i] - p).squaredNorm();
       if (d2 < best_d2) {
         best_d2 = d2;
@@ -432,6 +535,30 @@ TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2, doubl
   }
   best.distance = std::sqrt(best_d2);
   return best;
+}
+
+[[gnu::noinline]] TriangleDistance DistanceRescaled(const Triangle& t1, const Triangle& t2,
+                                                    double upper_bound) {
+  // The bound scales with the inputs (to +inf at worst, which only prunes less).
+  const PowerOfTwoScale s = ScaleToUnit(std::max(MaxAbs(t1), MaxAbs(t2)));
+  const Triangle u1 = Scaled(t1, s.to), u2 = Scaled(t2, s.to);
+  TriangleDistance d = DistanceUnscaled(u1, u2, s.to * upper_bound, Boxes(u1, u2));
+  d.distance *= s.back;
+  d.p1 *= s.back;
+  d.p2 *= s.back;
+  return d;
+}
+
+}  // namespace
+
+TriangleDistance DistanceTriangles(const Triangle& t1, const Triangle& t2, double upper_bound) {
+  // The box of both holds every difference between vertices (the boxes are needed anyway).
+  const std::array<Aabb, 2> boxes = Boxes(t1, t2);
+  const Vec3 extent = boxes[0].max.cwiseMax(boxes[1].max) - boxes[0].min.cwiseMin(boxes[1].min);
+  if (LengthInRange(extent.maxCoeff())) [[likely]] {
+    return DistanceUnscaled(t1, t2, upper_bound, boxes);
+  }
+  return DistanceRescaled(t1, t2, upper_bound);
 }
 
 double TriangleSeparationTravel(const Triangle& t1, const Triangle& t2, const Vec3& w,

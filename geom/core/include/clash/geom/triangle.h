@@ -39,7 +39,9 @@ struct Triangle {
 [[nodiscard]] std::optional<Vec3> Barycentric(const Triangle& t, const Vec3& p);
 
 /// The point of the closed triangle closest to p (Voronoi-region method, Ericson,
-/// "Real-Time Collision Detection", 5.1.5).
+/// "Real-Time Collision Detection", 5.1.5). Scale-free: inputs scaled by a power of two give the
+/// point scaled by it, exactly (tested from 1e-120 mm to the broad phase's 1e150 mm; inputs
+/// outside about 1e-12 to 1e12 mm are rescaled by a power of two inside).
 [[nodiscard]] Vec3 ClosestPointOnTriangle(const Vec3& p, const Triangle& t);
 
 /// The signed solid angle (steradians, in [-2π, 2π]) of the triangle (a, b, c), given relative
@@ -76,7 +78,9 @@ struct TriangleIntersection {
 /// JGT 1997), with the coplanar case handled in 2D. Touching (a shared vertex, an edge lying
 /// on the other triangle) counts as intersecting. A zero-area triangle (height at most 1e-12 of
 /// its longest edge) is the segment it spans, tested as such. Returns the intersection segment
-/// (a single witness point when a triangle is flat or they are coplanar).
+/// (a single witness point when a triangle is flat or they are coplanar). Scale-free as
+/// ClosestPointOnTriangle: inputs scaled by a power of two give the same answer, the segment
+/// scaled by it.
 [[nodiscard]] TriangleIntersection IntersectTriangles(const Triangle& t1, const Triangle& t2);
 
 /// Fast boolean form of IntersectTriangles.
@@ -93,7 +97,8 @@ struct TriangleDistance {
 /// the minimum over the 9 edge-edge and 6 vertex-triangle pairs (which is exact for
 /// disjoint triangles). Feature pairs whose bounding boxes are at least `upper_bound` apart
 /// are skipped: when the distance is not below `upper_bound` the result is only known to be
-/// at least `upper_bound` (and may be +inf).
+/// at least `upper_bound` (and may be +inf). Scale-free as ClosestPointOnTriangle: inputs and
+/// bound scaled by a power of two give the answer scaled by it.
 [[nodiscard]] TriangleDistance DistanceTriangles(
     const Triangle& t1, const Triangle& t2,
     double upper_bound = std::numeric_limits<double>::infinity());
