@@ -85,6 +85,58 @@ TEST(Triangle, ClosestPointBeatsSampling) {
   }
 }
 
+// The distance from p to the nearest of t's edges.
+double DistanceToEdges(const Vec3& p, const Triangle& t) {
+  double best = kInf;
+  Vec3 on_p, on_edge;
+  for (int i = 0; i < 3; ++i) {
+    best = std::min(best,
+                    std::sqrt(ClosestPointsSegments(p, p, t[i], t[(i + 1) % 3], &on_p, &on_edge)));
+  }
+  return best;
+}
+
+// A nearly flat triangle that rounding leaves with a small positive area (heights from 1e-2 to
+// 3e-16 of its length, random orientation and vertex order): the closest point to a point on it,
+// above it or beside it lies on the triangle, and is at most 1e-5 of the length farther than a
+// known point of the triangle. Ericson's face case divided rounding by the tiny area: a point on
+// a triangle 1e-9 high came back 0.98 of its length away along it.
+TEST(Triangle, ClosestPointOnANearlyFlatTriangle) {
+  auto rng = SeededRng(51);
+  // Of the length: twice the ~5e-6 that the flat-triangle fallback and the face case each stay
+  // within at the threshold between them (triangle.cc, kSliver).
+  constexpr double kTolerance = 1e-5;
+  const int trials = Trials(300);
+  double worst = 0.0;
+  for (int k = 0; k < 28; ++k) {
+    const double height = std::pow(10.0, -2.0 - 0.5 * k);
+    for (int i = 0; i < trials; ++i) {
+      const Vec3 a = RandomPoint(rng, 1), b = RandomPoint(rng, 1);
+      const double len = (b - a).norm();
+      const Vec3 side = (b - a).cross(RandomPoint(rng, 1)).normalized();
+      const Vec3 up = (b - a).cross(side).normalized();
+      const Vec3 c = a + Uniform(rng, 0, 1) * (b - a) + height * len * side;
+      const Triangle t = i % 3 == 0   ? Triangle{a, b, c}
+                         : i % 3 == 1 ? Triangle{b, c, a}
+                                      : Triangle{c, a, b};
+      double u = Uniform(rng, 0, 1), v = Uniform(rng, 0, 1);
+      if (u + v > 1) u = 1 - u, v = 1 - v;
+      const Vec3 on = a + u * (b - a) + v * (c - a);  // on the triangle (up to rounding)
+      const int mode = (i / 3) % 3;                   // on it, above it, or anywhere near
+      const Vec3 p = mode == 0   ? on
+                     : mode == 1 ? on + Uniform(rng, -len, len) * up
+                                 : on + len * RandomPoint(rng, 1);
+      const Vec3 q = ClosestPointOnTriangle(p, t);
+      SCOPED_TRACE(::testing::Message() << "height " << height << " trial " << i);
+      EXPECT_LE((p - q).norm(), (p - on).norm() + kTolerance * len);
+      // Every point of the triangle is within its height of an edge.
+      EXPECT_LE(DistanceToEdges(q, t), height * len + 1e-15);
+      worst = std::max(worst, ((p - q).norm() - (p - on).norm()) / len);
+    }
+  }
+  ::testing::Test::RecordProperty("worst", (::testing::Message() << worst).GetString());
+}
+
 TEST(Triangle, SegmentClosestPoints) {
   Vec3 p, q;
   // Skew perpendicular segments one unit apart.

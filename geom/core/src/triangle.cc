@@ -204,6 +204,16 @@ Vec3 ClosestPointOnEdges(const Vec3& p, const Triangle& t) {
   return best;
 }
 
+// ClosestPoint takes a triangle as flat when |ab x ac|^2 (its doubled area, squared) is at most
+// this times (|ab|^2 + |ac|^2)^2, which is within a factor 4 of its longest edge to the fourth: a
+// height of at most about 6e-6 of its longest edge. Ericson's face case divides by |ab x ac|^2
+// formed as differences of products as large as edge^4, so its v and w carry errors of about
+// eps / (height / edge)^2: a point on a triangle 1e-9 high came back up to 0.98 of its length
+// along it (and a point beside a triangle 1e-15 high 0.2 of its length too far). The closest
+// point of the edges is at most the height from the true one. At 1e-11 the worse of the two,
+// measured over heights from 1e-2 to 1e-16 of the edge, is about 5e-6 of the longest edge.
+constexpr double kSliver = 1e-11;
+
 [[gnu::noinline]] Vec3 ClosestPointRescaled(const Vec3& p, const Triangle& t);
 
 // Ericson's Voronoi-region method. Unguarded, on inputs the caller has brought within range.
@@ -239,8 +249,10 @@ template <bool kGuarded>
     return b + ((d4 - d3) / ((d4 - d3) + (d5 - d6))) * (c - b);
   }
   double denom = va + vb + vc;
-  // Degenerate (zero-area) triangle: the closest point of its three edges.
-  if (!(denom > 0)) return ClosestPointOnEdges(p, t);
+  // A flat or nearly flat triangle (d1 - d3 = |ab|^2 and d2 - d6 = |ac|^2 up to rounding): the
+  // closest point of its three edges.
+  const double edges2 = (d1 - d3) + (d2 - d6);
+  if (!(denom > kSliver * (edges2 * edges2))) return ClosestPointOnEdges(p, t);
   double v = vb / denom, w = vc / denom;
   return a + ab * v + ac * w;
 }

@@ -41,7 +41,9 @@ struct Triangle {
 /// The point of the closed triangle closest to p (Voronoi-region method, Ericson,
 /// "Real-Time Collision Detection", 5.1.5). Scale-free: inputs scaled by a power of two give the
 /// point scaled by it, exactly (tested from 1e-120 mm to the broad phase's 1e150 mm; inputs
-/// outside about 1e-12 to 1e12 mm are rescaled by a power of two inside).
+/// outside about 1e-12 to 1e12 mm are rescaled by a power of two inside). A nearly flat triangle
+/// (height below about 6e-6 of its longest edge) is taken as its three edges: the point is then
+/// within that height of the true one, as the face formula's rounding would not be.
 [[nodiscard]] Vec3 ClosestPointOnTriangle(const Vec3& p, const Triangle& t);
 
 /// The signed solid angle (steradians, in [-2π, 2π]) of the triangle (a, b, c), given relative
