@@ -295,6 +295,98 @@ TEST(Motion, MaxTravelOfLongKeyframePathsBoundsTheTravelAndStaysTight) {
   EXPECT_GT(long_spans, trials / 3);
 }
 
+// A part carried along a long keyframe path (Carrying: its sphere is X_PQ * bound_Q in the
+// carrier's frame P), over spans of more than 32 segments, where MaxTravel adds the whole
+// segments between the ends from prefix sums with |c| + r as every segment's radius (c the carried
+// sphere's centre in P). Against brute force: the carried motion's own poses at every keyframe
+// and 7 parameters between (and at the span's ends), applied to 24 points of the sphere's surface
+// and its centre, measured from both ends of the span, never travel farther than the bound. The
+// bound lies between the per-segment sum (reimplemented here from the keyframes and the carried
+// sphere) and that sum with every radius raised to |c| + r; on a path that only translates,
+// always onwards, the true travel is the path's length and the bound matches it.
+TEST(Motion, MaxTravelOfACarriedPartOverLongKeyframeSpansBoundsItsTravel) {
+  std::mt19937 rng = SeededRng(506);
+  const int trials = Trials(40);
+  int long_spans = 0;
+  for (int trial = 0; trial < trials; ++trial) {
+    const int n = std::uniform_int_distribution<int>(40, 300)(rng);
+    const bool onwards = trial % 5 == 4;  // translation only, always onwards
+    const Vec3 heading = RandomRotation(rng).col(0);
+    std::vector<Keyframe> keys;
+    RigidTransform X = RandomPose(rng, 20);
+    for (int i = 0; i <= n; ++i) {
+      keys.push_back({i == n ? 1.0 : static_cast<double>(i) / n, X});
+      if (onwards) {
+        X.t += Uniform(rng, 0.0, 2.0) * heading;
+        continue;
+      }
+      const double turn = i % 13 == 7 ? Uniform(rng, 2.0, 3.0) : Uniform(rng, 0.0, 0.3);
+      X = RigidTransform{AxisAngle(turn, RandomRotation(rng).col(0)) * X.R,
+                         X.t + RandomPoint(rng, 2.0)};
+    }
+    const Motion carrier = Ok(Motion::Keyframes(keys));
+    const RigidTransform X_PQ = RandomPose(rng, 30);
+    const Motion m = Ok(carrier.Carrying(X_PQ));
+    const Sphere bound_Q{RandomPoint(rng, 10), Uniform(rng, 0, 10)};
+    double t0 = Uniform(rng, 0, 1), t1 = Uniform(rng, 0, 1);
+    if (trial % 3 == 0) t0 = 0, t1 = 1;
+    if (trial % 3 == 1) t0 = Uniform(rng, 0, 0.4), t1 = t0 + Uniform(rng, 0.2, 0.6);
+    const double a = std::min(t0, t1), b = std::max(t0, t1);
+    const double bound = m.MaxTravel(t0, t1, bound_Q);
+    EXPECT_EQ(bound, m.MaxTravel(t1, t0, bound_Q)) << "symmetric";
+    // The per-segment sum for the carried sphere, and the same with |c| + r as every radius.
+    const Vec3 c = X_PQ * bound_Q.center;
+    const double r = bound_Q.radius;
+    double exact = 0.0, loose = 0.0;
+    int spanned = 0;
+    for (int i = 0; i < n; ++i) {
+      const double s0 = keys[i].t, s1 = keys[i + 1].t;
+      const double f = (std::min(b, s1) - std::max(a, s0)) / (s1 - s0);
+      if (!(s0 < b) || f <= 0.0) continue;
+      ++spanned;
+      Eigen::Quaterniond q(keys[i].X_WP.R.transpose() * keys[i + 1].X_WP.R);
+      if (q.w() < 0) q.coeffs() = -q.coeffs();
+      const double angle = 2.0 * std::atan2(q.vec().norm(), q.w());
+      const Vec3 axis = q.vec().norm() > 0 ? Vec3(q.vec().normalized()) : Vec3::UnitX();
+      const double moved = f * (keys[i + 1].X_WP.t - keys[i].X_WP.t).norm();
+      exact += moved + std::min(f * angle, 2.0) * ((c - c.dot(axis) * axis).norm() + r);
+      loose += moved + std::min(f * angle, 2.0) * (c.norm() + r);
+    }
+    long_spans += spanned > 32;
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << " t " << a << ".." << b << " over "
+                                      << spanned << " of " << n << " segments");
+    EXPECT_GE(bound, exact * (1 - 1e-12));
+    EXPECT_LE(bound, loose * (1 + 1e-9) + 1e-9);
+    // Brute force: the carried motion's own poses.
+    std::vector<Vec3> pts = {bound_Q.center};
+    std::normal_distribution<double> g;
+    for (int k = 0; k < 24; ++k) {
+      pts.push_back(bound_Q.center + r * Vec3(g(rng), g(rng), g(rng)).normalized());
+    }
+    std::vector<double> ts = {a, b};
+    for (int i = 0; i < n; ++i) {
+      for (int k = 0; k < 8; ++k) {
+        const double t = keys[i].t + (keys[i + 1].t - keys[i].t) * k / 8;
+        if (t > a && t < b) ts.push_back(t);
+      }
+    }
+    double sampled = 0.0;
+    for (const double ref : {a, b}) {
+      const RigidTransform X_ref = m.PoseAt(ref);
+      for (const double t : ts) {
+        const RigidTransform X_t = m.PoseAt(t);
+        for (const Vec3& p : pts) sampled = std::max(sampled, (X_t * p - X_ref * p).norm());
+      }
+    }
+    EXPECT_LE(sampled, bound * (1 + 1e-12) + 1e-9);
+    // Onwards only: every point travels the path's length from a to b; the bound is that sum.
+    if (onwards) {
+      EXPECT_NEAR(bound, sampled, 1e-9 * sampled);
+    }
+  }
+  EXPECT_GT(long_spans, trials / 2);
+}
+
 // A group moves as one rigid body: a carried part keeps its pose relative to its carrier at every
 // t, for every kind of motion, and a keyframe path still interpolates the carrier's own pose.
 TEST(Motion, ACarriedPartKeepsItsPoseRelativeToItsCarrier) {
