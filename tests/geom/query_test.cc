@@ -795,6 +795,25 @@ TEST(QueryMetamorphic, ScalingScalesDistance) {
   }
 }
 
+// A triangle whose tip stops 1e-13 short of another's face touches it (IntersectTriangles snaps
+// plane distances below 1e-12 of the triangles' size), and the leaves' pre-filter of triangle
+// boxes leaves that to it: before, it dropped the pair, whose boxes are 1e-13 apart, so that
+// FindIntersections found fewer pairs than the brute force over all pairs.
+TEST(QueryDegenerate, ATipWithinTheSnapOfAFaceTouchesIt) {
+  RawMesh face;
+  face.v = {Vec3(0, 0, 0), Vec3(4, 0, 0), Vec3(0, 4, 0)};
+  face.t = {{0, 1, 2}};
+  RawMesh tip;
+  tip.v = {Vec3(1, 1, 1e-13), Vec3(3, 1, 2), Vec3(1, 3, 2)};
+  tip.t = {{0, 1, 2}};
+  const PartPtr a = face.Part(), b = tip.Part();
+  const RigidTransform I = RigidTransform::Identity();
+  ASSERT_TRUE(IntersectTriangles(a->mesh().triangle(0), b->mesh().triangle(0)).intersects);
+  EXPECT_EQ(BruteIntersectingPairs(*a, I, *b, I).size(), 1u);
+  EXPECT_EQ(FindIntersections(*a, I, *b, I).pairs.size(), 1u);
+  EXPECT_TRUE(SurfacesIntersect(*a, I, *b, I));
+}
+
 TEST(QueryDegenerate, TouchingBoxes) {
   auto box = MakeBox(Vec3(1, 1, 1)).Part();
   struct Case {

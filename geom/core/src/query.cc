@@ -216,8 +216,13 @@ struct LeafTriangles {
       box[k] = TriangleBounds(tri[k]);
     }
   }
+  // The triangle's box grown by 1e-9 of its size: two triangles whose boxes are apart by less
+  // than 1e-12 of their size may still touch by IntersectTriangles' snap of plane distances,
+  // and the pre-filter must leave such pairs to it (as the brute force over all pairs does).
   static Aabb TriangleBounds(const Triangle& t) {
-    return {t.a.cwiseMin(t.b).cwiseMin(t.c), t.a.cwiseMax(t.b).cwiseMax(t.c)};
+    const Vec3 lo = t.a.cwiseMin(t.b).cwiseMin(t.c), hi = t.a.cwiseMax(t.b).cwiseMax(t.c);
+    const double grow = 1e-9 * (hi - lo).sum();
+    return {lo.array() - grow, hi.array() + grow};
   }
 };
 
