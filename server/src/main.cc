@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--unserved-scene-retry-seconds", config.unserved_scene_retry_seconds,
                  "How often to try again to load a scene kept but not served (its part did not "
-                 "load, its file did not read), backing off while it fails; 0: only at a start")
+                 "load, its file did not read), or to open a tenant whose folder could not be "
+                 "used, backing off while it fails; 0: only at a start")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--quiet", config.quiet, "No per-RPC log lines");

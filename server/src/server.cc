@@ -1480,17 +1480,24 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
   impl->pair_cache_budget = std::make_shared<PairCacheBudget>(
       config.pair_cache_entries,
       absl::Seconds(config.pair_cache_idle_seconds));  // (+inf: never idle)
-  impl->tenants.emplace(config.data_dir, config.max_part_triangles, limits,
-                        impl->pair_cache_budget);
+  // A tenant whose folder cannot be used is tried again on a call, as unserved scenes are.
+  const absl::Duration retry_unusable =
+      config.unserved_scene_retry_seconds > 0
+          ? absl::Seconds(std::max(config.unserved_scene_retry_seconds, kMinUnservedRetrySeconds))
+          : absl::InfiniteDuration();
+  impl->tenants.emplace(config.data_dir, config.max_part_triangles, limits, impl->pair_cache_budget,
+                        retry_unusable);
   CLASH_RETURN_IF_ERROR(MakeDirs(impl->tenants->root()));
   // Tenants found on disk are opened now: their scenes load (and damaged files are reported)
-  // at start, not on a first call.
+  // at start, not on a first call. One whose folder cannot be used is logged and not served
+  // (its calls answer why), alone: the others are.
   CLASH_RETURN_IF_ERROR(ForEachInFolder(
       impl->tenants->root(), [&](const std::filesystem::directory_entry& entry) -> absl::Status {
         const std::string name = entry.path().filename().string();
         std::error_code ec;
         if (!entry.is_directory(ec) || !IsTenantName(name)) return absl::OkStatus();
-        return impl->tenants->Get(name).status();
+        (void)impl->tenants->Get(name);  // (logged by Get when it fails)
+        return absl::OkStatus();
       }));
 
   Impl* raw = impl.get();
@@ -1525,6 +1532,11 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
         raw->last_unserved.store(n);
         return n;
       });
+  impl->metrics.AddGauge(
+      "clashd_tenants_unserved",
+      "Tenants not served because their folder cannot be used (their calls answer "
+      "FAILED_PRECONDITION naming it); retried.",
+      [raw] { return static_cast<double>(raw->tenants->unusable()); });
   impl->metrics.AddGauge("clashd_import_running", "Imports (worker processes) running.",
                          [raw] { return raw->import_limiter.running(); });
   impl->metrics.AddGauge("clashd_import_waiting", "Imports waiting for a slot.",

@@ -88,8 +88,9 @@ struct ServerConfig {
   /// sessions; 0 holds it for the server's whole life.
   double cpu_latency_idle_seconds = 10;
   /// How often clashd tries again to load the scenes it keeps but does not serve (a part that
-  /// did not load, uploaded again; a file readable again), each at most this often and, while
-  /// it still fails, at doubling intervals up to an hour; 0: only at a start.
+  /// did not load, uploaded again; a file readable again), and to open a tenant whose folder
+  /// could not be used (on its next call), each at most this often and, while it still fails,
+  /// at doubling intervals up to an hour; 0: only at a start.
   double unserved_scene_retry_seconds = 30;
   /// Classified pairs kept for reuse by later checks, in all scenes together (about 200 bytes
   /// each): a scene whose entry finds the budget spent empties the caches of scenes idle for

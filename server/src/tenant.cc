@@ -1,6 +1,12 @@
 #include "tenant.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -11,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "auth.h"
 #include "clash/geom/status_macros.h"
+#include "log.h"
 #include "storage.h"
 
 namespace clash::server {
@@ -178,11 +185,100 @@ std::optional<std::vector<std::shared_ptr<Tenant>>> TenantRegistry::OpenedIfFree
   return out;
 }
 
+namespace {
+
+// The folders of a tenant's folder (all made by the tenant's open).
+constexpr const char* kTenantFolders[] = {"parts", "assemblies", "scenes", "import-cache", "tmp"};
+
+// What a file of mode `mode` is, for a message.
+const char* KindOf(mode_t mode) {
+  if (S_ISREG(mode)) return "a file";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a folder";
+}
+
+// OK when `path` can serve as a folder of clashd's (a folder it may read, write and enter, or
+// nothing yet: it is made then); else FAILED_PRECONDITION naming it and what is wrong. Reads
+// only: nothing is changed.
+absl::Status CheckFolder(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      struct stat link {};
+      if (::lstat(path.c_str(), &link) == 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(path, " is a symbolic link to nothing, where a folder should be"));
+      }
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " cannot be examined: ", std::strerror(err)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is ", KindOf(st.st_mode), ", where a folder should be"));
+  }
+  if (::faccessat(AT_FDCWD, path.c_str(), R_OK | W_OK | X_OK, AT_EACCESS) != 0) {
+    const int err = errno;
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is a folder clashd (user ", ::geteuid(),
+                     ") cannot read and write: ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& name) {
   if (!IsTenantName(name)) return absl::InvalidArgumentError("malformed tenant name");
   std::lock_guard lock(mu_);
   if (auto it = open_.find(name); it != open_.end()) return it->second;
+  const auto unusable = unusable_.find(name);
+  if (unusable != unusable_.end() && absl::Now() < unusable->second.next_try) {
+    return unusable->second.why;
+  }
+  absl::StatusOr<std::shared_ptr<Tenant>> opened = Open(name);
+  if (opened.ok()) {
+    if (unusable != unusable_.end()) {
+      LogLine(LogLevel::kInfo, absl::StrCat("tenant '", name, "' is served again"));
+      unusable_.erase(unusable);
+      unusable_count_.store(unusable_.size(), std::memory_order_relaxed);
+    }
+    open_.emplace(name, *opened);
+    return opened;
+  }
+  // Every failure to open is the folder's (the stores' own errors included: a folder that
+  // cannot be listed or made): the tenant is not served until an operator repairs it.
+  absl::Status why = absl::FailedPreconditionError(absl::StrCat(
+      "tenant '", name, "' is not served: its folder cannot be used: ", opened.status().message(),
+      retry_unusable_ == absl::InfiniteDuration() ? "; clashd serves it once repaired and restarted"
+                                                  : "; clashd serves it once repaired"));
+  if (unusable == unusable_.end() || unusable->second.why != why) {
+    LogLine(LogLevel::kError, std::string(why.message()));
+  }
+  // Tried again after retry_unusable_, then at doubling intervals up to an hour.
+  const absl::Duration delay = unusable == unusable_.end()
+                                   ? retry_unusable_
+                                   : std::clamp(2 * unusable->second.delay, retry_unusable_,
+                                                std::max(retry_unusable_, absl::Hours(1)));
+  unusable_[name] = {why, absl::Now() + delay, delay};
+  unusable_count_.store(unusable_.size(), std::memory_order_relaxed);
+  return why;
+}
+
+absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Open(const std::string& name) {
   auto tenant = std::shared_ptr<Tenant>(new Tenant(name, absl::StrCat(root_, "/", name), limits_));
+  // Checked before anything in the folder is touched: a tenant that cannot be served loses
+  // nothing (its upload folder is emptied, and leftover temporaries removed, only once every
+  // folder is usable).
+  CLASH_RETURN_IF_ERROR(CheckFolder(tenant->dir_));
+  for (const char* folder : kTenantFolders) {
+    CLASH_RETURN_IF_ERROR(CheckFolder(absl::StrCat(tenant->dir_, "/", folder)));
+  }
   CLASH_ASSIGN_OR_RETURN(tenant->parts_, PartStore::Open(tenant->dir_, max_part_triangles_));
   CLASH_ASSIGN_OR_RETURN(
       tenant->scenes_,
@@ -214,7 +310,6 @@ absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& n
     std::filesystem::remove_all(tenant->tmp_dir(), ec);
   }
   CLASH_RETURN_IF_ERROR(MakeDirs(tenant->tmp_dir()));
-  open_.emplace(name, tenant);
   return tenant;
 }
 

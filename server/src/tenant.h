@@ -2,6 +2,7 @@
 // <data-dir>/tenants/<name>, so one tenant's ids name nothing of another's, and its own quotas.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "clash/cad/import_cache.h"
 #include "limiter.h"
 #include "part_store.h"
@@ -149,18 +151,33 @@ class Tenant {
 };
 
 /// Opens tenants on first use (loading their scenes) and keeps them open.
+///
+/// A tenant whose folder cannot be used (a file where one of its folders should be, a folder
+/// clashd may not read or write, one that cannot be listed) is not served, alone: Get answers
+/// FAILED_PRECONDITION naming the folder and what is wrong, and the error is logged once. Its
+/// folder is checked before anything in it is touched, so nothing there is removed or
+/// overwritten. Get tries to open it again `retry_unusable` after a failure, then at doubling
+/// intervals up to an hour (never, with InfiniteDuration), so that it is served once an
+/// operator repairs the folder.
 class TenantRegistry {
  public:
   /// `pair_cache_budget`: shared by every tenant's scenes (null: one per scene).
   TenantRegistry(std::string data_dir, std::size_t max_part_triangles, TenantLimits limits,
-                 std::shared_ptr<PairCacheBudget> pair_cache_budget = nullptr)
+                 std::shared_ptr<PairCacheBudget> pair_cache_budget = nullptr,
+                 absl::Duration retry_unusable = absl::InfiniteDuration())
       : root_(std::move(data_dir) + "/tenants"),
         max_part_triangles_(max_part_triangles),
         limits_(limits),
-        pair_cache_budget_(std::move(pair_cache_budget)) {}
+        pair_cache_budget_(std::move(pair_cache_budget)),
+        retry_unusable_(retry_unusable) {}
 
   /// The tenant of this name (a valid tenant name), opening its stores when needed.
+  /// FAILED_PRECONDITION when its folder cannot be used (see above).
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Tenant>> Get(const std::string& name);
+  /// Tenants not served because their folder cannot be used (found so by Get).
+  [[nodiscard]] std::size_t unusable() const {
+    return unusable_count_.load(std::memory_order_relaxed);
+  }
 
   [[nodiscard]] const std::string& root() const { return root_; }
   /// The tenants opened so far.
@@ -173,8 +190,20 @@ class TenantRegistry {
   std::size_t max_part_triangles_;
   TenantLimits limits_;
   std::shared_ptr<PairCacheBudget> pair_cache_budget_;
+  absl::Duration retry_unusable_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Tenant>> open_;
+  /// A tenant whose folder cannot be used: why, and when Get tries it again.
+  struct Unusable {
+    absl::Status why;
+    absl::Time next_try;
+    absl::Duration delay;  // since the last try
+  };
+  std::map<std::string, Unusable> unusable_;    // under mu_
+  std::atomic<std::size_t> unusable_count_{0};  // its size, read without mu_ (metrics)
+
+  // Opens the tenant's stores (Get, with mu_ held).
+  absl::StatusOr<std::shared_ptr<Tenant>> Open(const std::string& name);
 };
 
 }  // namespace clash::server

@@ -196,6 +196,53 @@ TEST_F(TenantTest, OpeningATenantRemovesTheTemporariesOfInterruptedWrites) {
   }
 }
 
+// A tenant whose folder cannot be used (here a file where its scenes/ folder should be) is not
+// served, alone: its Get answers FAILED_PRECONDITION naming the folder and what is wrong, every
+// other tenant opens, and nothing in its folder is removed or overwritten (not even its upload
+// folder, which an open empties). Once repaired, it opens at the next try. Before, its open
+// failed with INTERNAL ("cannot create folder ...: Not a directory"), and the server would not
+// start.
+TEST_F(TenantTest, ATenantWhoseFolderCannotBeUsedIsRefusedAloneAndLosesNothing) {
+  const std::string tenant = dir_ + "/tenants/a";
+  for (const char* folder : {"parts", "assemblies", "import-cache", "tmp"}) {
+    std::filesystem::create_directories(tenant + "/" + folder);
+  }
+  ASSERT_NO_FATAL_FAILURE(WriteBlob(tenant + "/scenes", 100));
+  ASSERT_NO_FATAL_FAILURE(WriteBlob(tenant + "/tmp/upload", 200));
+  const std::string leftover = absl::StrCat(".tmp-p.pb-", getpid() + 1000000, "-1");
+  ASSERT_NO_FATAL_FAILURE(WriteBlob(tenant + "/parts/" + leftover, 300));
+  TenantRegistry registry(dir_, 1000, {}, nullptr, absl::ZeroDuration());
+  const absl::Status refused = registry.Get("a").status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::AllOf(::testing::HasSubstr("tenant 'a' is not served"),
+                               ::testing::HasSubstr(tenant + "/scenes is a file, where a folder "
+                                                             "should be")));
+  EXPECT_EQ(registry.unusable(), 1u);
+  EXPECT_TRUE(registry.Get("b").ok());
+  EXPECT_EQ(registry.Opened().size(), 1u);
+  EXPECT_EQ(std::filesystem::file_size(tenant + "/scenes"), 100u);
+  EXPECT_EQ(std::filesystem::file_size(tenant + "/tmp/upload"), 200u);
+  EXPECT_EQ(std::filesystem::file_size(tenant + "/parts/" + leftover), 300u);
+  // Asked again, it answers the same (tried again: nothing changed).
+  EXPECT_EQ(registry.Get("a").status(), refused);
+  // Other ways a folder cannot be used are named too.
+  std::filesystem::remove(tenant + "/scenes");
+  std::filesystem::create_symlink(dir_ + "/nowhere", tenant + "/scenes");
+  EXPECT_THAT(std::string(registry.Get("a").status().message()),
+              ::testing::HasSubstr(tenant + "/scenes is a symbolic link to nothing"));
+  std::filesystem::remove(tenant + "/scenes");
+  ASSERT_NO_FATAL_FAILURE(WriteBlob(dir_ + "/tenants/c", 10));
+  EXPECT_THAT(std::string(registry.Get("c").status().message()),
+              ::testing::HasSubstr(dir_ + "/tenants/c is a file, where a folder should be"));
+  EXPECT_EQ(registry.unusable(), 2u);
+  // Repaired (scenes/ may be made now), it opens.
+  absl::StatusOr<std::shared_ptr<Tenant>> a = registry.Get("a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(registry.unusable(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(tenant + "/parts/" + leftover));  // (now it is opened)
+}
+
 TEST_F(TenantTest, RateLimitAllowsTheBurstThenRefuses) {
   TenantLimits limits;
   limits.requests_per_second = 0.001;  // no refill within the test

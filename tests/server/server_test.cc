@@ -2417,6 +2417,83 @@ TEST_F(ServerTest, ClashdServesASceneAgainOnceItsPartIsUploadedAgain) {
               ::testing::HasSubstr("\nclashd_scenes_unserved 0\n"));
 }
 
+// A tenant whose folder cannot be used (here a file where its scenes/ folder should be) costs
+// that tenant alone: clashd starts, logs it, serves every other tenant, and answers the
+// tenant's calls FAILED_PRECONDITION naming the folder and what is wrong (gauge
+// clashd_tenants_unserved); nothing in its folder is removed or overwritten, and once repaired
+// it is served again without a restart. Before, clashd did not start at all.
+TEST_F(ServerTest, ATenantWhoseFolderCannotBeUsedIsNotServedAndTheOthersAre) {
+  const std::string tokens = dir_ + "/tokens";
+  {
+    std::ofstream out(tokens);
+    out << cad::Sha256Hex("token-a") << " a\n" << cad::Sha256Hex("token-b") << " b\n";
+  }
+  ServerConfig config;
+  config.tokens_file = tokens;
+  config.unserved_scene_retry_seconds = 0.2;
+  Restart(config);
+  const auto as = [&](const std::string& token) {
+    client::ClientOptions options;
+    options.token = token;
+    options.max_attempts = 1;
+    return client::Client::FromChannel(server_->grpc_server()->InProcessChannel({}), options);
+  };
+  std::string box, scene;
+  {
+    auto a = as("token-a");
+    auto part = a->UploadMesh(MeshUpload(MakeBox(Vec3(1, 1, 1)), "box"));
+    ASSERT_THAT(part.status(), IsOk());
+    box = part->part_id();
+    auto created = a->CreateScene("kept");
+    ASSERT_THAT(created.status(), IsOk());
+    scene = created->scene_id();
+  }
+  client_.reset();
+  server_.reset();
+  const std::string tenant = dir_ + "/data/tenants/a";
+  const std::string saved = dir_ + "/scenes-of-a";
+  std::filesystem::rename(tenant + "/scenes", saved);
+  { std::ofstream(tenant + "/scenes") << "not a folder"; }
+  { std::ofstream(tenant + "/tmp/upload") << "an upload"; }
+  Start(config);  // (before: the start failed, INTERNAL "cannot create folder")
+  {
+    auto a = as("token-a");
+    for (const absl::Status& st :
+         {a->GetScene(scene).status(), a->GetPart(box).status(), a->CreateScene("new").status()}) {
+      EXPECT_THAT(st, StatusIs(absl::StatusCode::kFailedPrecondition,
+                               tenant + "/scenes is a file, where a folder should be"));
+    }
+    auto b = as("token-b");
+    EXPECT_THAT(b->CreateScene("fine").status(), IsOk());
+    EXPECT_THAT(b->ListParts().status(), IsOk());
+  }
+  EXPECT_THAT(FetchMetrics(server_->metrics_port()),
+              ::testing::HasSubstr("\nclashd_tenants_unserved 1\n"));
+  {
+    std::ifstream in(tenant + "/scenes");
+    std::string text;
+    std::getline(in, text);
+    EXPECT_EQ(text, "not a folder");
+  }
+  EXPECT_TRUE(std::filesystem::exists(tenant + "/tmp/upload"));
+  EXPECT_TRUE(std::filesystem::exists(tenant + "/parts/" + box + ".pb"));
+  // Repaired, the tenant is served again (tried at its next call after the retry interval).
+  std::filesystem::remove(tenant + "/scenes");
+  std::filesystem::rename(saved, tenant + "/scenes");
+  auto a = as("token-a");
+  absl::StatusOr<v1::Scene> got = a->GetScene(scene);
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        got = a->GetScene(scene);
+        return got.ok();
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(50)))
+      << got.status();
+  EXPECT_THAT(a->GetPart(box).status(), IsOk());
+  EXPECT_THAT(FetchMetrics(server_->metrics_port()),
+              ::testing::HasSubstr("\nclashd_tenants_unserved 0\n"));
+}
+
 // A store folder that cannot be listed fails the store's open (and so the start): serving no
 // part or scene would hide those on disk, also from DeletePart's check of a part's users.
 // Here no file descriptor is left to list with (root lists any folder its permissions forbid).
