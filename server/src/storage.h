@@ -18,6 +18,7 @@ namespace clash::server {
 
 using cad::ReadFileCapped;
 using cad::RemoveAbandonedTemporaries;
+using cad::RemoveAllTemporaries;
 using cad::RemoveFileDurably;
 using cad::WriteFileAtomically;
 

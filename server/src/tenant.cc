@@ -279,6 +279,13 @@ absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Open(const std::string& 
   for (const char* folder : kTenantFolders) {
     CLASH_RETURN_IF_ERROR(CheckFolder(absl::StrCat(tenant->dir_, "/", folder)));
   }
+  // Only this process writes these folders (its owner holds the data folder's lock), and none
+  // of its writes into them is under way before the tenant is open: every temporary there is
+  // left over, whatever process its name says wrote it (after a crash, another process may have
+  // that pid now). The stores' opens below remove what is left by their own rule.
+  for (const char* folder : {"parts", "assemblies", "scenes"}) {
+    RemoveAllTemporaries(absl::StrCat(tenant->dir_, "/", folder));
+  }
   CLASH_ASSIGN_OR_RETURN(tenant->parts_, PartStore::Open(tenant->dir_, max_part_triangles_));
   CLASH_ASSIGN_OR_RETURN(
       tenant->scenes_,

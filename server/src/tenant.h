@@ -150,7 +150,11 @@ class Tenant {
   std::chrono::steady_clock::time_point refilled_{};
 };
 
-/// Opens tenants on first use (loading their scenes) and keeps them open.
+/// Opens tenants on first use (loading their scenes) and keeps them open. Its owner holds the
+/// data folder's DataFolderLock (ClashServer does): a tenant's parts, assemblies and scenes are
+/// then written by this process alone, so every temporary found there when the tenant opens is
+/// a leftover of an interrupted write, and is removed (the import cache, which clash-import may
+/// share, keeps those of writers still running).
 ///
 /// A tenant whose folder cannot be used (a file where one of its folders should be, a folder
 /// clashd may not read or write, one that cannot be listed) is not served, alone: Get answers

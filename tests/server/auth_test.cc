@@ -21,9 +21,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "clash/cad/durable_file.h"
 #include "clash/cad/import_cache.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage.h"
 #include "tenant.h"
 #include "testing/temp_dir.h"
 
@@ -164,36 +167,80 @@ TEST_F(TenantTest, EachTenantHasItsOwnFolderAndStores) {
   EXPECT_FALSE((*again.Get("b"))->scenes().Get((*scene)->id()).ok());
 }
 
-// A write killed between its temporary and the rename leaves a ".tmp-<name>-<pid>-<n>" file
-// behind (the process-level kill -9 test hits this by chance); opening the tenant removes those
-// of this process and of processes that no longer run, in every folder the server writes
-// atomically. A running process's stay (it may still rename them: clash-import can share the
-// import cache), and so does everything else.
+// A write killed between its temporary and the rename leaves a ".tmp-<name>-<writer>-<n>" file
+// behind (the process-level kill -9 test hits this by chance); opening the tenant removes them.
+// In the folders only the server writes (parts, assemblies, scenes: it holds the data folder's
+// lock), every one goes, whatever its name says: after a crash its pid may belong to another
+// running process now, which before kept it, counted by the quota, for good. In the import
+// cache, which clash-import may share, a running writer's stay (it may still rename them), and
+// so does everything else; there the name tells a writer from a later process with its pid.
 TEST_F(TenantTest, OpeningATenantRemovesTheTemporariesOfInterruptedWrites) {
   const pid_t dead = fork();
   ASSERT_GE(dead, 0);
   if (dead == 0) _exit(0);
   ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const std::optional<std::string> parent = cad::internal::WriterTag(getppid());
+  ASSERT_TRUE(parent.has_value());
+  const std::vector<std::string> tag = absl::StrSplit(*parent, '.');
+  ASSERT_EQ(tag.size(), 3u) << *parent;  // (/proc is there)
   const std::string ours = absl::StrCat(".tmp-entry-", getpid(), "-7");
   const std::string gone = absl::StrCat(".tmp-entry-", dead, "-7");
-  const std::string running = absl::StrCat(".tmp-entry-", getppid(), "-7");
+  const std::string running = absl::StrCat(".tmp-entry-", getppid(), "-7");  // an older name
+  const std::string writing = absl::StrCat(".tmp-entry-", *parent, "-7");
+  // The parent's pid, but another process's start (the pid reused), or an earlier boot.
+  const std::string reused =
+      absl::StrCat(".tmp-entry-", tag[0], ".", std::stoull(tag[1]) + 1, ".", tag[2], "-7");
+  std::string other_boot = tag[2];
+  other_boot[0] = other_boot[0] == '0' ? '1' : '0';
+  const std::string before_boot =
+      absl::StrCat(".tmp-entry-", tag[0], ".", tag[1], ".", other_boot, "-7");
   const std::string tenant = dir_ + "/tenants/a";
-  const std::vector<std::string> folders = {"parts", "assemblies", "scenes", "import-cache"};
-  for (const std::string& folder : folders) {
+  const std::vector<std::string> all = {ours, gone, running, writing, reused, before_boot, "kept"};
+  for (const char* folder : {"parts", "assemblies", "scenes", "import-cache"}) {
     std::filesystem::create_directories(tenant + "/" + folder);
-    for (const std::string& name : {ours, gone, running, std::string("kept")}) {
+    for (const std::string& name : all) {
       std::ofstream(tenant + "/" + folder + "/" + name) << "half written";
     }
   }
   TenantRegistry registry(dir_, 1000, {});
   ASSERT_TRUE(registry.Get("a").ok());
-  for (const std::string& folder : folders) {
+  for (const char* folder : {"parts", "assemblies", "scenes"}) {
     const std::string in = tenant + "/" + folder + "/";
-    EXPECT_FALSE(std::filesystem::exists(in + ours)) << folder;
-    EXPECT_FALSE(std::filesystem::exists(in + gone)) << folder;
-    EXPECT_TRUE(std::filesystem::exists(in + running)) << folder;
-    EXPECT_TRUE(std::filesystem::exists(in + "kept")) << folder;
+    for (const std::string& name : all) {
+      EXPECT_EQ(std::filesystem::exists(in + name), name == "kept") << folder << "/" << name;
+    }
   }
+  const std::string cache = tenant + "/import-cache/";
+  for (const std::string& name : {ours, gone, reused, before_boot}) {
+    EXPECT_FALSE(std::filesystem::exists(cache + name)) << name;
+  }
+  for (const std::string& name : {running, writing, std::string("kept")}) {
+    EXPECT_TRUE(std::filesystem::exists(cache + name)) << name;
+  }
+}
+
+// The temporaries of this process's writes carry its WriterTag (pid, start, boot), which is
+// what lets a later process with the same pid leave them to the cleanup.
+std::string g_fsynced;  // the first file FsyncAndName synced
+int FsyncAndName(int fd) {
+  if (g_fsynced.empty()) {
+    std::error_code ec;
+    g_fsynced = std::filesystem::read_symlink(absl::StrCat("/proc/self/fd/", fd), ec).string();
+  }
+  return ::fsync(fd);
+}
+
+TEST_F(TenantTest, TemporariesNameTheProcessThatWritesThem) {
+  g_fsynced.clear();
+  cad::internal::SetFsyncForTesting(&FsyncAndName);
+  const absl::Status written = WriteFileAtomically(dir_ + "/file.pb", "bytes");
+  cad::internal::SetFsyncForTesting(nullptr);
+  ASSERT_TRUE(written.ok()) << written;
+  const std::string name = std::filesystem::path(g_fsynced).filename().string();
+  const std::string prefix =
+      absl::StrCat(".tmp-file.pb-", *cad::internal::WriterTag(getpid()), "-");
+  EXPECT_EQ(name.substr(0, prefix.size()), prefix) << name;
+  EXPECT_FALSE(std::filesystem::exists(g_fsynced));  // renamed
 }
 
 // A tenant whose folder cannot be used (here a file where its scenes/ folder should be) is not

@@ -5,12 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -25,8 +29,82 @@ ScopedFd::~ScopedFd() { close(fd_); }
 
 namespace {
 
-// WriteFileAtomically's temporaries: kTemporaryPrefix + "<name>-<pid>-<n>".
+// WriteFileAtomically's temporaries: kTemporaryPrefix + "<name>-<writer>-<n>", the writer as
+// internal::WriterTag names it ("<pid>" alone in older versions).
 constexpr absl::string_view kTemporaryPrefix = ".tmp-";
+
+// The start time of process `pid` in clock ticks after boot (field 22 of /proc/<pid>/stat), or
+// nullopt when it cannot be read (no such process, or no /proc).
+std::optional<uint64_t> StartTicks(pid_t pid) {
+  const absl::StatusOr<std::string> stat =
+      ReadFilePrefix(absl::StrCat("/proc/", pid, "/stat"), 4096);
+  if (!stat.ok()) return std::nullopt;
+  // "<pid> (<comm>) <state> <ppid> ...": the command may hold spaces and parentheses, so the
+  // fields are counted from the last ')'; the state is field 3.
+  const std::size_t close = stat->rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  const std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(*stat).substr(close + 1), ' ', absl::SkipEmpty());
+  uint64_t ticks = 0;
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[22 - 3], &ticks)) return std::nullopt;
+  return ticks;
+}
+
+// The first 8 hex digits of this boot's id (random at every boot), or "" without /proc.
+const std::string& BootTag() {
+  static const std::string tag = [] {
+    const absl::StatusOr<std::string> id = ReadFilePrefix("/proc/sys/kernel/random/boot_id", 64);
+    if (!id.ok() || id->size() < 8) return std::string();
+    const std::string first = id->substr(0, 8);
+    const bool hex = std::all_of(first.begin(), first.end(), [](char c) {
+      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    });
+    return hex ? first : std::string();
+  }();
+  return tag;
+}
+
+// True when process `pid` exists (kill(pid, 0): ESRCH when it does not; EPERM means it runs
+// under another user).
+bool PidExists(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+// This process's WriterTag, computed once per process (a forked child computes its own).
+std::string OwnWriterTag() {
+  static std::mutex mu;
+  static pid_t pid = 0;
+  static std::string tag;
+  std::lock_guard lock(mu);
+  if (pid != getpid()) {
+    pid = getpid();
+    tag = internal::WriterTag(pid).value_or(absl::StrCat(pid));
+  }
+  return tag;
+}
+
+// Whether the writer named `writer` (a WriterTag, or an older version's "<pid>") may still be
+// writing: false for this process, for a process that no longer runs, for another process that
+// now has the writer's pid (its start time differs), and for a writer from before the last boot.
+// When that cannot be told (no /proc, or a process whose /proc entry is hidden), any process
+// with the pid may be it.
+// nullopt when `writer` is no writer's tag.
+std::optional<bool> WriterMayRun(absl::string_view writer) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(writer, '.');
+  int64_t pid = 0;
+  if ((parts.size() != 1 && parts.size() != 3) || !absl::SimpleAtoi(parts[0], &pid) || pid <= 0 ||
+      pid > std::numeric_limits<pid_t>::max()) {
+    return std::nullopt;
+  }
+  uint64_t start = 0;
+  if (parts.size() == 3 && (!absl::SimpleAtoi(parts[1], &start) || parts[2].empty())) {
+    return std::nullopt;
+  }
+  const auto p = static_cast<pid_t>(pid);
+  if (p == getpid()) return false;
+  if (parts.size() == 1) return PidExists(p);  // an older version's: the pid is all there is
+  if (!BootTag().empty() && parts[2] != BootTag()) return false;  // before the last boot
+  if (const std::optional<uint64_t> now = StartTicks(p)) return *now == start;
+  return PidExists(p);  // gone, or its /proc entry is hidden (hidepid): kept while it may run
+}
 
 std::string Errno(int err) { return std::strerror(err); }
 
@@ -84,7 +162,7 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
   const std::filesystem::path target(path);
   const std::string dir = target.parent_path().string();
   const std::string tmp = absl::StrCat(dir, "/", kTemporaryPrefix, target.filename().string(), "-",
-                                       getpid(), "-", counter++);
+                                       OwnWriterTag(), "-", counter++);
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return WriteError(absl::StrCat("cannot create ", tmp), errno);
   const bool written = WriteAll(fd, bytes) && Fsync(fd) == 0;
@@ -133,26 +211,46 @@ absl::Status RemoveFileDurably(const std::string& path) {
                  absl::StrCat("removed ", path, " but a crash may bring it back"));
 }
 
-void RemoveAbandonedTemporaries(const std::string& dir) {
+std::optional<std::string> internal::WriterTag(int pid) {
+  const auto p = static_cast<pid_t>(pid);
+  if (const std::optional<uint64_t> start = StartTicks(p); start && !BootTag().empty()) {
+    return absl::StrCat(pid, ".", *start, ".", BootTag());
+  }
+  if (!PidExists(p)) return std::nullopt;
+  return absl::StrCat(pid);
+}
+
+namespace {
+
+// Removes the temporaries in `dir` whose writer `remove` accepts (it gets the writer's part of
+// the name, "" when the name holds none).
+void RemoveTemporaries(const std::string& dir,
+                       const std::function<bool(absl::string_view writer)>& remove) {
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator(dir, ec);
        !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     const std::filesystem::directory_entry& e = *it;
     const std::string name = e.path().filename().string();
     if (!absl::StartsWith(name, kTemporaryPrefix)) continue;
-    // The writer's pid is the second field from the end ("<name>" may hold dashes itself).
+    // The writer is the second field from the end ("<name>" may hold dashes itself).
     const std::vector<absl::string_view> fields = absl::StrSplit(name, '-');
-    int64_t pid = 0;
-    if (fields.size() < 4 || !absl::SimpleAtoi(fields[fields.size() - 2], &pid) || pid <= 0 ||
-        pid > std::numeric_limits<pid_t>::max()) {
-      continue;
-    }
-    // kill(pid, 0): ESRCH when no such process; EPERM means it runs under another user.
-    const bool running = static_cast<pid_t>(pid) != getpid() &&
-                         (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH);
+    const absl::string_view writer = fields.size() >= 4 ? fields[fields.size() - 2] : "";
     std::error_code remove_ec;
-    if (!running) std::filesystem::remove(e.path(), remove_ec);
+    if (remove(writer)) std::filesystem::remove(e.path(), remove_ec);
   }
+}
+
+}  // namespace
+
+void RemoveAbandonedTemporaries(const std::string& dir) {
+  RemoveTemporaries(dir, [](absl::string_view writer) {
+    const std::optional<bool> may_run = WriterMayRun(writer);
+    return may_run.has_value() && !*may_run;
+  });
+}
+
+void RemoveAllTemporaries(const std::string& dir) {
+  RemoveTemporaries(dir, [](absl::string_view) { return true; });
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -49,12 +50,21 @@ class ScopedFd {
 /// cannot be synced (the file is then gone but may come back after a crash).
 [[nodiscard]] absl::Status RemoveFileDurably(const std::string& path);
 
-/// Removes the temporaries of WriteFileAtomically in `dir` (".tmp-<name>-<pid>-<n>") that a
-/// crash or a kill left behind: those of this process (call it when no write into `dir` is under
-/// way) and those whose process no longer runs. A live process's are kept: it may still rename
-/// them (the import cache is shared with other processes). Files named otherwise are not
-/// touched.
+/// Removes the temporaries of WriteFileAtomically in `dir` (".tmp-<name>-<writer>-<n>", the
+/// writer as WriterTag gives it) that a crash or a kill left behind: those of this process (call
+/// it when no write into `dir` is under way) and those whose writer no longer runs. A writer is
+/// the process instance, not only its pid: a temporary whose pid now belongs to another process
+/// (the pid was reused after the writer died; its start time differs) or that was written before
+/// the machine last booted is removed. A running writer's are kept: it may still rename them
+/// (the import cache is shared with other processes on the same machine). Temporaries named by
+/// older versions (".tmp-<name>-<pid>-<n>") are judged by their pid alone. Files named otherwise
+/// are not touched.
 void RemoveAbandonedTemporaries(const std::string& dir);
+
+/// Removes every temporary of WriteFileAtomically in `dir`, whoever wrote it: for a folder that
+/// only this process writes (its owner holds a lock on it, such as clashd's data-folder lock),
+/// when none of its own writes into `dir` is under way. Files named otherwise are not touched.
+void RemoveAllTemporaries(const std::string& dir);
 
 /// The whole regular file at `path`. NOT_FOUND when missing, RESOURCE_EXHAUSTED above
 /// `max_bytes`, INTERNAL when it is not a regular file, cannot be read or is shorter than it
@@ -69,6 +79,12 @@ void RemoveAbandonedTemporaries(const std::string& dir);
                                                          std::size_t max_bytes);
 
 namespace internal {
+/// The writer part of the temporaries' names for process `pid`: "<pid>.<start>.<boot>", its
+/// start time (clock ticks after boot, /proc/<pid>/stat) and the first 8 hex digits of the
+/// machine's boot id, which together tell it from another process given the same pid later;
+/// "<pid>" alone when /proc does not tell them (nullopt when no process `pid` can be read).
+[[nodiscard]] std::optional<std::string> WriterTag(int pid);
+
 /// For tests of failing disks: the writes and removals above call `fsync_fn` instead of fsync
 /// (for files and folders alike, in every thread; nullptr restores fsync).
 void SetFsyncForTesting(int (*fsync_fn)(int));
