@@ -164,6 +164,12 @@ int main(int argc, char** argv) {
                  "used, backing off while it fails; 0: only at a start")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--damaged-file-retention-days", config.damaged_file_retention_days,
+                 "How long a scene file set aside as damaged (<id>.pb.<time>.damaged) is kept "
+                 "for an operator to recover from before clashd removes it; 0: until removed by "
+                 "hand")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--quiet", config.quiet, "No per-RPC log lines");
   CLI11_PARSE(app, argc, argv);
 

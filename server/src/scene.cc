@@ -287,8 +287,7 @@ absl::StatusOr<std::unique_ptr<SceneStore>> SceneStore::Open(
     if (!st.ok()) {  // the file reads but is not a scene: damaged
       LogLine(LogLevel::kError, absl::StrCat("scene store: cannot load ", path, ": ", st.ToString(),
                                              "; moved aside to .damaged"));
-      std::error_code ec;
-      std::filesystem::rename(path, path + ".damaged", ec);
+      (void)MoveAsideDamaged(path);  // (logged when it fails: the file then stays)
       continue;
     }
     store->scenes_.emplace(id, std::move(scene));
@@ -736,8 +735,7 @@ std::size_t SceneStore::RetryUnserved(absl::Duration min_delay,
       } else {
         LogLine(LogLevel::kError, absl::StrCat("scene store: cannot load ", path, ": ",
                                                st.ToString(), "; moved aside to .damaged"));
-        std::error_code ec;
-        std::filesystem::rename(path, path + ".damaged", ec);
+        (void)MoveAsideDamaged(path);  // (logged when it fails: the file then stays)
       }
       continue;
     }

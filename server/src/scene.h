@@ -213,7 +213,7 @@ class SceneStore {
   using GrowthCheck = std::function<absl::Status(std::uint64_t growth)>;
 
   /// Opens the folder and loads every scene (parts come from `parts`). A scene file that cannot
-  /// be read is logged and moved aside to <name>.damaged, never silently dropped. A scene one
+  /// be read is logged and moved aside, <name>.<time>.damaged, never silently dropped. A scene one
   /// of whose parts does not load (a damaged part file, or a part above a lowered triangle
   /// limit) is logged and not served; its file is kept until it loads (RetryUnserved, or a
   /// later start; Get answers FAILED_PRECONDITION with the reason; Delete removes it).

@@ -1007,6 +1007,10 @@ struct ClashServer::Impl {
   bool shut_down = false;
   std::atomic<bool> retry_stopping{false};  // the retries of unserved scenes end
   std::atomic<double> last_unserved{0};     // the gauge's last count
+  std::atomic<double> last_damaged{0};      // clashd_damaged_files's last count
+  // Removes the damaged scene files kept past their retention, hourly (and at each tenant's
+  // open). Declared last with the retries: stopped before what it uses.
+  std::optional<Periodic> damaged_sweep;
   // Tries the scenes kept but not served again (declared last: stopped before what it uses).
   std::optional<Periodic> unserved_retry;
 };
@@ -1416,6 +1420,7 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
         std::pair{"--cpu-latency-idle-seconds", config.cpu_latency_idle_seconds},
         std::pair{"--shutdown-grace-seconds", config.shutdown_grace_seconds},
         std::pair{"--unserved-scene-retry-seconds", config.unserved_scene_retry_seconds},
+        std::pair{"--damaged-file-retention-days", config.damaged_file_retention_days},
         std::pair{"--tenant-requests-per-second", config.tenant_requests_per_second},
         std::pair{"--tenant-burst", config.tenant_burst}}) {
     if (!(value >= 0)) {
@@ -1477,6 +1482,9 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
                         : 0;
   limits.requests_per_second = config.tenant_requests_per_second;
   limits.burst = config.tenant_burst;
+  limits.damaged_file_retention = config.damaged_file_retention_days > 0
+                                      ? absl::Hours(24 * config.damaged_file_retention_days)
+                                      : absl::InfiniteDuration();
   impl->pair_cache_budget = std::make_shared<PairCacheBudget>(
       config.pair_cache_entries,
       absl::Seconds(config.pair_cache_idle_seconds));  // (+inf: never idle)
@@ -1530,6 +1538,19 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
           n += static_cast<double>(t->scenes().unserved());
         }
         raw->last_unserved.store(n);
+        return n;
+      });
+  impl->metrics.AddGauge(
+      "clashd_damaged_files",
+      "Scene files set aside as damaged in all open tenants' folders (counted at each scrape; "
+      "kept for --damaged-file-retention-days, not counted by storage quotas).",
+      [raw] {
+        // (Not waiting for the registry, which a tenant's opening holds: the last count then.)
+        std::optional<std::vector<std::shared_ptr<Tenant>>> open = raw->tenants->OpenedIfFree();
+        if (!open) return raw->last_damaged.load();
+        double n = 0;
+        for (const std::shared_ptr<Tenant>& t : *open) n += static_cast<double>(t->damaged_files());
+        raw->last_damaged.store(n);
         return n;
       });
   impl->metrics.AddGauge(
@@ -1626,6 +1647,17 @@ absl::StatusOr<std::unique_ptr<ClashServer>> ClashServer::Start(const ServerConf
       }
     });
   }
+  if (limits.damaged_file_retention != absl::InfiniteDuration()) {
+    // Hourly, or as often as the retention when it is shorter (at least every second).
+    const absl::Duration period =
+        std::clamp(limits.damaged_file_retention, absl::Seconds(1), absl::Hours(1));
+    impl->damaged_sweep.emplace(period, [raw] {
+      for (const std::shared_ptr<Tenant>& t : raw->tenants->Opened()) {
+        if (raw->retry_stopping.load()) return;
+        t->SweepDamagedFiles();
+      }
+    });
+  }
   LogLine(LogLevel::kInfo,
           absl::StrCat("clashd listening on ", config.listen, " (port ", impl->port, "), data in ",
                        config.data_dir,
@@ -1662,6 +1694,7 @@ void ClashServer::Shutdown() {
   impl_->draining = true;
   impl_->server->Wait();
   if (impl_->unserved_retry) impl_->unserved_retry->Stop();
+  if (impl_->damaged_sweep) impl_->damaged_sweep->Stop();
   impl_->metrics_http.reset();
   impl_->worker_pool.reset();  // kills and reaps the idle workers
   LogLine(LogLevel::kInfo, "clashd stopped");

@@ -92,6 +92,11 @@ struct ServerConfig {
   /// could not be used (on its next call), each at most this often and, while it still fails,
   /// at doubling intervals up to an hour; 0: only at a start.
   double unserved_scene_retry_seconds = 30;
+  /// How long a scene file set aside as damaged ("<id>.pb.<time>.damaged") is kept before
+  /// clashd removes it (at a tenant's open and every hour after), counted from the time in its
+  /// name; 0: kept until an operator removes it. Damaged files do not count against a tenant's
+  /// storage quota.
+  double damaged_file_retention_days = 30;
   /// Classified pairs kept for reuse by later checks, in all scenes together (about 200 bytes
   /// each): a scene whose entry finds the budget spent empties the caches of scenes idle for
   /// pair_cache_idle_seconds first, least recently used first, then its own.

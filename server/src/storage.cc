@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -14,7 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "clash/geom/status_macros.h"
+#include "log.h"
 #include "openssl/sha.h"
 
 namespace clash::server {
@@ -137,6 +140,83 @@ absl::StatusOr<std::string_view> UnsealRecord(std::string_view file) {
     return absl::DataLossError("record file's payload does not match its hash (damaged)");
   }
   return payload;
+}
+
+namespace {
+
+// The time in a damaged file's name (MoveAsideDamaged).
+constexpr const char* kDamagedTimeFormat = "%E4Y%m%dT%H%M%SZ";  // (%Y would read every digit)
+
+}  // namespace
+
+bool IsDamagedFileName(std::string_view name) {
+  return name.size() > kDamagedSuffix.size() && name.ends_with(kDamagedSuffix);
+}
+
+std::optional<absl::Time> DamagedSince(std::string_view name) {
+  if (!IsDamagedFileName(name)) return std::nullopt;
+  name.remove_suffix(kDamagedSuffix.size());
+  const std::size_t dot = name.rfind('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  std::string_view stamp = name.substr(dot + 1);
+  stamp = stamp.substr(0, stamp.find('-'));  // (without the "-<n>" of a name taken)
+  absl::Time t;
+  std::string error;
+  if (!absl::ParseTime(kDamagedTimeFormat, std::string(stamp), absl::UTCTimeZone(), &t, &error)) {
+    return std::nullopt;
+  }
+  return t;
+}
+
+absl::StatusOr<std::string> MoveAsideDamaged(const std::string& path, absl::Time now) {
+  const std::string stamp = absl::FormatTime(kDamagedTimeFormat, now, absl::UTCTimeZone());
+  // Only this server writes the folder (DataFolderLock), and its store moves one file at a
+  // time: a name found free stays free until the rename.
+  std::string aside;
+  for (int n = 1; n <= 1000; ++n) {
+    std::string name = absl::StrCat(path, ".", stamp, n > 1 ? absl::StrCat("-", n) : "",
+                                    std::string(kDamagedSuffix));
+    if (FileGone(name)) {
+      aside = std::move(name);
+      break;
+    }
+  }
+  const bool moved = !aside.empty() && std::rename(path.c_str(), aside.c_str()) == 0;
+  if (!moved) {
+    const std::string why = aside.empty() ? "no free name" : std::strerror(errno);
+    const absl::Status error = absl::InternalError(
+        absl::StrCat("cannot move ", path, " aside as damaged: ", why, "; it stays where it is"));
+    LogLine(LogLevel::kError, std::string(error.message()));
+    return error;
+  }
+  return aside;
+}
+
+DamagedFiles PruneDamagedFiles(const std::string& dir, absl::Duration retention, absl::Time now) {
+  DamagedFiles out;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!IsDamagedFileName(name)) continue;
+    const std::optional<absl::Time> since = DamagedSince(name);
+    std::error_code remove_ec;
+    if (since && now - *since > retention && std::filesystem::remove(it->path(), remove_ec)) {
+      ++out.removed;
+      LogLine(LogLevel::kWarning,
+              absl::StrCat("removed ", it->path().string(), ", set aside as damaged on ",
+                           absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", *since, absl::UTCTimeZone()),
+                           ", after the ", absl::ToDoubleHours(retention) / 24,
+                           " days damaged files are kept (--damaged-file-retention-days)"));
+      continue;
+    }
+    if (remove_ec) {
+      LogLine(LogLevel::kError,
+              absl::StrCat("cannot remove ", it->path().string(), ": ", remove_ec.message()));
+    }
+    ++out.kept;
+  }
+  return out;
 }
 
 absl::StatusOr<DataFolderLock> DataFolderLock::Acquire(const std::string& dir) {

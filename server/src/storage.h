@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "clash/cad/durable_file.h"
 
 namespace clash::server {
@@ -76,6 +78,38 @@ template <class Message>
 /// whose first field, an id, is tag 0x0A, which no header starts with) is its own payload.
 /// DATA_LOSS when the header is damaged or the payload's size or hash differ from it.
 [[nodiscard]] absl::StatusOr<std::string_view> UnsealRecord(std::string_view file);
+
+/// Files set aside as damaged (scene files that do not parse) end in this.
+inline constexpr std::string_view kDamagedSuffix = ".damaged";
+
+/// True for the name of a file set aside as damaged: "<file>.<time>.damaged" (MoveAsideDamaged),
+/// or "<file>.damaged" as versions before the time was named set them aside.
+[[nodiscard]] bool IsDamagedFileName(std::string_view name);
+
+/// When the damaged file named `name` was set aside, from its name; nullopt for a name without
+/// a time (versions before the time was named), or not of a damaged file.
+[[nodiscard]] std::optional<absl::Time> DamagedSince(std::string_view name);
+
+/// Moves the file at `path` aside as damaged, never over another file: renamed to
+/// "<path>.<time>.damaged", the UTC time `now` as "YYYYMMDDTHHMMSSZ" (with "-<n>" after it when
+/// that name is taken), which the retention of damaged files counts from (PruneDamagedFiles).
+/// Returns the new path; INTERNAL when it cannot be renamed (the file then stays at `path`),
+/// which is logged.
+[[nodiscard]] absl::StatusOr<std::string> MoveAsideDamaged(const std::string& path,
+                                                           absl::Time now = absl::Now());
+
+/// The damaged files of a folder, after PruneDamagedFiles.
+struct DamagedFiles {
+  std::size_t kept = 0;     ///< Still there (those of unknown time included).
+  std::size_t removed = 0;  ///< Removed now.
+};
+
+/// Removes the files in `dir` set aside as damaged more than `retention` before `now` (by the
+/// time in their names), logging each; files whose name holds no time (set aside by versions
+/// before the time was named) are kept, for an operator to remove. With InfiniteDuration (or a
+/// folder that cannot be listed) nothing is removed: the files are only counted.
+DamagedFiles PruneDamagedFiles(const std::string& dir, absl::Duration retention,
+                               absl::Time now = absl::Now());
 
 /// An exclusive lock on a data folder ("<dir>/clashd.lock", flock), held while the object lives,
 /// so that two servers never write one folder: each would overwrite the other's acknowledged

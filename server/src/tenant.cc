@@ -49,6 +49,7 @@ absl::StatusOr<std::uint64_t> Tenant::StorageBytes() const {
   // that error, and the quota then counted only what it had seen. Any other error fails the
   // count: a quota check must not pass on a partial total. Links are not followed.
   std::uint64_t total = 0;
+  const std::filesystem::path scenes = std::filesystem::path(dir_) / "scenes";
   std::vector<std::filesystem::path> folders = {dir_};
   const auto vanished = [](const std::error_code& ec) {
     return ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory;
@@ -69,6 +70,7 @@ absl::StatusOr<std::uint64_t> Tenant::StorageBytes() const {
       if (std::filesystem::is_directory(st)) {
         folders.push_back(it->path());
       } else if (std::filesystem::is_regular_file(st)) {
+        if (folder == scenes && IsDamagedFileName(it->path().filename().string())) continue;
         const std::uintmax_t size = std::filesystem::file_size(it->path(), entry_ec);
         if (!entry_ec) {
           total += size;
@@ -150,6 +152,14 @@ void Tenant::StorageReservation::Written(std::uint64_t n) {
 }
 
 void Tenant::StorageReservation::Release() { Written(held_); }
+
+std::size_t Tenant::damaged_files() const {
+  return PruneDamagedFiles(dir_ + "/scenes", absl::InfiniteDuration()).kept;
+}
+
+std::size_t Tenant::SweepDamagedFiles() const {
+  return PruneDamagedFiles(dir_ + "/scenes", limits_.damaged_file_retention).removed;
+}
 
 absl::StatusOr<WorkLimiter::Permit> Tenant::TakeTicket(std::optional<WorkLimiter>& limiter,
                                                        int limit, const char* what) {
@@ -290,6 +300,8 @@ absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Open(const std::string& 
   CLASH_ASSIGN_OR_RETURN(
       tenant->scenes_,
       SceneStore::Open(tenant->dir_ + "/scenes", tenant->parts_.get(), pair_cache_budget_));
+  // Damaged scene files kept past their retention go (each removal logged).
+  tenant->SweepDamagedFiles();
   cad::ImportCacheOptions cache_options;
   cache_options.max_bytes = limits_.import_cache_max_bytes;
   // An entry is set aside under the quota before it is written (which may evict older ones:

@@ -39,6 +39,10 @@ struct TenantLimits {
   /// Calls per second (token bucket) and the burst above that rate.
   double requests_per_second = 0;
   double burst = 0;
+  /// How long a scene file set aside as damaged is kept (counted from the time in its name,
+  /// see MoveAsideDamaged) before it is removed, when the tenant opens and at every
+  /// SweepDamagedFiles; InfiniteDuration keeps them until an operator removes them.
+  absl::Duration damaged_file_retention = absl::Hours(30 * 24);
 };
 
 class Tenant {
@@ -62,8 +66,10 @@ class Tenant {
   [[nodiscard]] absl::Status AdmitCall();
 
   /// Bytes the tenant's folder holds now (a walk of the folder, done only for writes; files
-  /// and folders removed while it walks are skipped). INTERNAL when a folder or file cannot be
-  /// read: a quota must not pass on a partial count.
+  /// and folders removed while it walks are skipped), but for the scene files set aside as
+  /// damaged: the tenant did not make them and cannot remove them (they are bounded by their
+  /// retention instead). INTERNAL when a folder or file cannot be read: a quota must not pass
+  /// on a partial count.
   [[nodiscard]] absl::StatusOr<std::uint64_t> StorageBytes() const;
   /// RESOURCE_EXHAUSTED when adding `more` bytes would pass the storage quota, counting the
   /// bytes on disk and those other writes have set aside (StorageReservation); returns the
@@ -106,6 +112,12 @@ class Tenant {
   /// Sets aside `bytes` of the storage quota: RESOURCE_EXHAUSTED when they would pass it (as
   /// CheckStorage). The reservation can grow as a write of unknown size goes on.
   [[nodiscard]] absl::StatusOr<StorageReservation> ReserveStorage(std::uint64_t bytes);
+
+  /// Scene files set aside as damaged in the tenant's folder now (a listing of scenes/).
+  [[nodiscard]] std::size_t damaged_files() const;
+  /// Removes the scene files set aside as damaged longer ago than the limits' retention (each
+  /// removal logged); returns how many it removed.
+  std::size_t SweepDamagedFiles() const;
 
   /// Held while an import of this tenant runs (empty without a limit).
   using ImportTicket = WorkLimiter::Permit;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -241,6 +242,93 @@ TEST_F(TenantTest, TemporariesNameTheProcessThatWritesThem) {
       absl::StrCat(".tmp-file.pb-", *cad::internal::WriterTag(getpid()), "-");
   EXPECT_EQ(name.substr(0, prefix.size()), prefix) << name;
   EXPECT_FALSE(std::filesystem::exists(g_fsynced));  // renamed
+}
+
+// A scene file that does not parse is moved aside as damaged, named with the time it was set
+// aside: the tenant cannot remove it (no call names it), so the quota does not count it;
+// damaged_files() counts it for the metrics, and once the retention has passed since the time
+// in its name it is removed, at the tenant's open or a sweep. A file of an older version, with
+// no time in its name, is counted and kept for an operator. Before, such files were kept for
+// good and counted against the quota: a tenant whose scenes were damaged could be held over
+// its quota with nothing it could delete.
+TEST_F(TenantTest, DamagedSceneFilesAreNotCountedByTheQuotaAndGoAfterTheirRetention) {
+  const std::string scenes = dir_ + "/tenants/a/scenes/";
+  std::filesystem::create_directories(scenes);
+  const std::string id = "s" + std::string(32, '1');
+  ASSERT_NO_FATAL_FAILURE(WriteBlob(scenes + id + ".pb", 60'000));  // not a scene
+  const absl::Time now = absl::Now();
+  const auto aside = [&](const std::string& scene, absl::Duration ago) {
+    return absl::StrCat(scene, ".pb.",
+                        absl::FormatTime("%Y%m%dT%H%M%SZ", now - ago, absl::UTCTimeZone()),
+                        ".damaged");
+  };
+  const std::string old_one = aside("s" + std::string(32, '2'), absl::Hours(24 * 31));
+  const std::string recent = aside("s" + std::string(32, '3'), absl::Hours(24 * 29));
+  const std::string untimed = "s" + std::string(32, '4') + ".pb.damaged";
+  for (const std::string& name : {old_one, recent, untimed}) {
+    ASSERT_NO_FATAL_FAILURE(WriteBlob(scenes + name, 20'000));
+  }
+  TenantLimits limits;
+  limits.max_storage_bytes = kQuota;  // (the damaged files alone, 120 kB, would pass it)
+  std::optional<TenantRegistry> registry(std::in_place, dir_, 1000, limits);
+  absl::StatusOr<std::shared_ptr<Tenant>> t = registry->Get("a");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(scenes)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  ASSERT_EQ(names.size(), 3u) << ::testing::PrintToString(names);
+  // Set aside now, under a name that says when (within the seconds this open took).
+  EXPECT_EQ(names[0].substr(0, id.size() + 4), id + ".pb.");
+  const std::optional<absl::Time> since = DamagedSince(names[0]);
+  ASSERT_TRUE(since.has_value()) << names[0];
+  EXPECT_LE(absl::AbsDuration(*since - now), absl::Seconds(60));
+  EXPECT_EQ(names[1], recent);
+  EXPECT_EQ(names[2], untimed);  // (31 days old, but of unknown time: kept)
+  EXPECT_EQ((*t)->damaged_files(), 3u);
+  const absl::StatusOr<std::uint64_t> bytes = (*t)->StorageBytes();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_LT(*bytes, 5'000u);
+  EXPECT_TRUE((*t)->CheckStorage(90'000).ok());
+  // Opened with a retention of a day: the 29-day-old one goes.
+  limits.damaged_file_retention = absl::Hours(24);
+  registry.emplace(dir_, 1000, limits);
+  t = registry->Get("a");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(std::filesystem::exists(scenes + recent));
+  EXPECT_TRUE(std::filesystem::exists(scenes + names[0]));
+  EXPECT_TRUE(std::filesystem::exists(scenes + untimed));
+  EXPECT_EQ((*t)->damaged_files(), 2u);
+  EXPECT_EQ((*t)->SweepDamagedFiles(), 0u);
+}
+
+// Moving a file aside twice in one second never overwrites the first: each damaged copy stays.
+TEST(DamagedFiles, MovingAsideNeverOverwritesAnotherDamagedFile) {
+  const std::string dir =
+      testing::MakeTempDir(std::filesystem::temp_directory_path(), "clash_damaged_test_");
+  ASSERT_FALSE(dir.empty());
+  const absl::Time at = absl::FromUnixSeconds(1'800'000'000);
+  std::vector<std::string> moved;
+  for (const char* content : {"first", "second"}) {
+    std::ofstream(dir + "/s.pb") << content;
+    const absl::StatusOr<std::string> to = MoveAsideDamaged(dir + "/s.pb", at);
+    ASSERT_TRUE(to.ok()) << to.status();
+    moved.push_back(*to);
+  }
+  EXPECT_EQ(moved[0], dir + "/s.pb.20270115T080000Z.damaged");
+  EXPECT_EQ(moved[1], dir + "/s.pb.20270115T080000Z-2.damaged");
+  EXPECT_EQ(DamagedSince("s.pb.20270115T080000Z-2.damaged"), at);
+  EXPECT_EQ(DamagedSince("s.pb.damaged"), std::nullopt);
+  EXPECT_EQ(DamagedSince("s.pb"), std::nullopt);
+  std::string first;
+  std::ifstream(moved[0]) >> first;
+  EXPECT_EQ(first, "first");
+  EXPECT_EQ(PruneDamagedFiles(dir, absl::Hours(1), at + absl::Minutes(59)).kept, 2u);
+  const DamagedFiles pruned = PruneDamagedFiles(dir, absl::Hours(1), at + absl::Minutes(61));
+  EXPECT_EQ(pruned.removed, 2u);
+  EXPECT_EQ(pruned.kept, 0u);
+  std::filesystem::remove_all(dir);
 }
 
 // A tenant whose folder cannot be used (here a file where its scenes/ folder should be) is not
