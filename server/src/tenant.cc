@@ -261,8 +261,14 @@ absl::StatusOr<std::shared_ptr<Tenant>> TenantRegistry::Get(const std::string& n
     open_.emplace(name, *opened);
     return opened;
   }
-  // Every failure to open is the folder's (the stores' own errors included: a folder that
-  // cannot be listed or made): the tenant is not served until an operator repairs it.
+  // A folder that cannot be used (CheckFolder: FAILED_PRECONDITION) keeps the tenant unserved
+  // until an operator repairs it. Any other failure (a full disk, too many open files, a failed
+  // sync) may pass: the call answers it with its own code and the next call tries again.
+  if (!absl::IsFailedPrecondition(opened.status())) {
+    LogLine(LogLevel::kError,
+            absl::StrCat("tenant '", name, "' could not be opened: ", opened.status().ToString()));
+    return opened.status();
+  }
   absl::Status why = absl::FailedPreconditionError(absl::StrCat(
       "tenant '", name, "' is not served: its folder cannot be used: ", opened.status().message(),
       retry_unusable_ == absl::InfiniteDuration() ? "; clashd serves it once repaired and restarted"

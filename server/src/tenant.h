@@ -169,12 +169,13 @@ class Tenant {
 /// share, keeps those of writers still running).
 ///
 /// A tenant whose folder cannot be used (a file where one of its folders should be, a folder
-/// clashd may not read or write, one that cannot be listed) is not served, alone: Get answers
-/// FAILED_PRECONDITION naming the folder and what is wrong, and the error is logged once. Its
-/// folder is checked before anything in it is touched, so nothing there is removed or
-/// overwritten. Get tries to open it again `retry_unusable` after a failure, then at doubling
-/// intervals up to an hour (never, with InfiniteDuration), so that it is served once an
-/// operator repairs the folder.
+/// clashd may not read or write) is not served, alone: Get answers FAILED_PRECONDITION naming
+/// the folder and what is wrong, and the error is logged once. Its folder is checked before
+/// anything in it is touched, so nothing there is removed or overwritten. Get tries to open it
+/// again `retry_unusable` after a failure, then at doubling intervals up to an hour (never, with
+/// InfiniteDuration), so that it is served once an operator repairs the folder. Any other
+/// failure to open a tenant (a full disk, too many open files, a failed sync) is answered with
+/// its own code, logged, and tried again at the next call.
 class TenantRegistry {
  public:
   /// `pair_cache_budget`: shared by every tenant's scenes (null: one per scene).

@@ -604,6 +604,29 @@ TEST(ClassifyPair, FarFromTheOriginTheAnswerIsTheOnesAtTheOrigin) {
   EXPECT_GT(hard, trials / 10);
 }
 
+// So do meshes tessellated far from their origin (a plugin that tessellates in world
+// coordinates): the depth search's on-surface allowance scales with the mesh's own coordinates
+// too, and at 1e-12 of them it was 1 mm at 5e11 mm, so that a cube sunk 0.5 mm into another was
+// CONTACT. Cubes of 10 mm at up to 9.9e11 mm (exact: multiples of 2^-13).
+TEST(ClassifyPair, MeshesTessellatedFarOutGiveTheAnswersAtTheOrigin) {
+  const RigidTransform I = RigidTransform::Identity();
+  PairTolerances tol = Tol(0.1);
+  for (const double x : {0.0, 2e11, 5e11, 9.9e11}) {
+    SCOPED_TRACE(::testing::Message() << "at " << x);
+    const Vec3 at(x, -x, 0.5 * x);
+    const PartPtr a = MakeBox(Vec3(5, 5, 5), at).Part();
+    const PartPtr sunk = MakeBox(Vec3(5, 5, 5), at + Vec3(9.5, 1, 2)).Part();
+    const PairClassification hard = ClassifyPair(*a, I, *sunk, I, tol);
+    EXPECT_EQ(hard.cls, ClashClass::kHard);
+    EXPECT_NEAR(hard.depth_mm, 0.5, 1e-3);
+    EXPECT_LT((hard.p_WA - at).cwiseAbs().maxCoeff(), 5 + 1e-3);  // on a
+    const PartPtr touching = MakeBox(Vec3(5, 5, 5), at + Vec3(10, 1, 2)).Part();
+    const PairClassification contact = ClassifyPair(*a, I, *touching, I, tol);
+    EXPECT_EQ(contact.cls, ClashClass::kContact);
+    EXPECT_LT(contact.depth_mm, 1e-3);
+  }
+}
+
 // The depth estimate takes points beside each intersection segment, and lattice points of the
 // crossing triangles, only on the side that enters the other part. Taking both sides gives the
 // same answers: the other side leaves the other part there.

@@ -27,8 +27,10 @@ constexpr int kMaxHalvings = 20;
 // Segments shorter than this fraction of their triangle's longest edge count as points.
 constexpr double kPointSegmentRelative = 1e-9;
 // Candidates nearer than this fraction of the coordinates' magnitude to the other surface are
-// on it (the rounding noise of coincident surfaces is ~1e-15 of it).
-constexpr double kOnSurfaceRelative = 1e-12;
+// on it: the rounding noise of coincident surfaces is a few ulps (~1e-15) of it, and 1e-14 keeps
+// the allowance below any tolerance for meshes tessellated far from their origin (1e-12 was
+// 1 mm for a mesh whose coordinates are 5e11 mm, and hid a 0.5 mm depth there).
+constexpr double kOnSurfaceRelative = 1e-14;
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 using internal::DeepestPoint;
@@ -461,7 +463,8 @@ PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, co
   X_OB.t -= origin;
   PairClassification r = ClassifyAtFirstOrigin(a, X_OA, b, X_OB, tol, options);
   // (Witnesses are set for every class but kClear, and for a kClear pair within the search
-  // bound; otherwise they stay at the origin, as ClassifyAtFirstOrigin leaves them.)
+  // bound; otherwise they stay at the origin, as ClassifyAtFirstOrigin leaves them. A HARD pair
+  // of which no crossing pair was collected, max_witness_pairs 0, has them at a's origin.)
   if (r.cls != ClashClass::kClear || std::isfinite(r.distance_mm)) {
     r.p_WA += origin;
     r.p_WB += origin;

@@ -36,7 +36,7 @@ struct DeepestPoint {
   uint32_t tri_p = 0, tri_q = 0;  ///< Their triangles.
 };
 
-/// Distance from Q's surface within which a point counts as on it, not inside: 1e-12 of the
+/// Distance from Q's surface within which a point counts as on it, not inside: 1e-14 of the
 /// magnitude of the coordinates involved (Q's size and place, P's place), far above the
 /// rounding noise of coincident surfaces and far below any tolerance.
 [[nodiscard]] double OnSurfaceDistance(const Part& q, const RigidTransform& X_WP,

@@ -7,7 +7,9 @@
 //     a candidate point of one part that lies inside the other (closed) part (ContainsPoint,
 //     ClosestPoint). Each such distance is a lower bound of the translational penetration
 //     depth (moving the other part by less leaves that point inside), so the estimate never
-//     exceeds it. Candidates of part A, symmetric for B:
+//     exceeds it (but for rounding, and for a point whose closest triangle is a sliver less
+//     than about 6e-6 of its longest edge high, whose distance ClosestPointOnTriangle takes
+//     from its edges: up to half that height more). Candidates of part A, symmetric for B:
 //       - A's vertices inside B's bounding box (B's box taken into A's frame conservatively,
 //         the vertices found through A's hierarchy): a vertex pushed deep into B;
 //       - on every triangle of A in the collected pairs, the barycentric lattice

@@ -87,9 +87,9 @@ class Part {
   /// The rotations of the OBB nodes, by slot; node extents are fitted to exactly the axes
   /// AxesOf gives.
   [[nodiscard]] const std::vector<NodeRotation>& rotations() const { return rotations_; }
-  /// The rotation matrix of q (its columns a box's axes), orthonormal to double rounding
-  /// whatever q's norm: the box tests assume orthonormal axes (a matrix of single-precision
-  /// entries is orthonormal only to ~1e-7, which made the separating-axis test of
+  /// The rotation matrix of a non-zero q (its columns a box's axes), orthonormal to double
+  /// rounding whatever q's norm: the box tests assume orthonormal axes (a matrix of
+  /// single-precision entries is orthonormal only to ~1e-7, which made the separating-axis test of
   /// near-parallel OBB nodes answer "apart" for boxes that overlap).
   [[nodiscard]] static Mat3 AxesOf(const NodeRotation& q) {
     const double w = q[0], x = q[1], y = q[2], z = q[3];
