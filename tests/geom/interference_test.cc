@@ -556,7 +556,7 @@ TEST(ClassifyPair, AgreesWithBruteForce) {
 
 // Where a pair sits does not change its answer: the classification works in a frame at the
 // first part's origin. Before, the depth search's on-surface distance grew with the world
-// translation (1e-12 of it), so that at 1e11 mm a depth of 0.5 mm was not seen and a HARD pair
+// translation (1e-12 of it), so that at 3e11 mm a depth of 0.5 mm was not seen and a HARD pair
 // was CONTACT. The translations are multiples of 2^-13 mm, so that moving both parts by up to
 // 1e12 mm is exact and the answers must be the same but for the witnesses' rounding there.
 TEST(ClassifyPair, FarFromTheOriginTheAnswerIsTheOnesAtTheOrigin) {

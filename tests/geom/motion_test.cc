@@ -38,6 +38,29 @@ RigidTransform At(const Vec3& t) { return RigidTransform::Translation(t); }
 
 Motion Ok(absl::StatusOr<Motion> m) { return testing::ValueOrDie(std::move(m)); }
 
+// The largest travel between the poses of `m` at a or b and at a, b, every keyframe inside
+// (a, b) and `per_segment` - 1 points between each two, of `points`: a brute-force lower bound
+// of MaxTravel over [a, b] for a body holding them.
+double SampledTravel(const Motion& m, const std::vector<Keyframe>& keys, double a, double b,
+                     const std::vector<Vec3>& points, int per_segment) {
+  std::vector<double> ts = {a, b};
+  for (std::size_t i = 0; i + 1 < keys.size(); ++i) {
+    for (int k = 0; k < per_segment; ++k) {
+      const double t = keys[i].t + (keys[i + 1].t - keys[i].t) * k / per_segment;
+      if (t > a && t < b) ts.push_back(t);
+    }
+  }
+  double sampled = 0.0;
+  for (const double ref : {a, b}) {
+    const RigidTransform X_ref = m.PoseAt(ref);
+    for (const double t : ts) {
+      const RigidTransform X_t = m.PoseAt(t);
+      for (const Vec3& p : points) sampled = std::max(sampled, (X_t * p - X_ref * p).norm());
+    }
+  }
+  return sampled;
+}
+
 void ExpectPoseNear(const RigidTransform& got, const RigidTransform& want, const char* what) {
   testing::ExpectPoseNear(got, want, kPoseTol, what);
 }
@@ -275,21 +298,7 @@ TEST(Motion, MaxTravelOfLongKeyframePathsBoundsTheTravelAndStaysTight) {
     for (int k = 0; k < 16; ++k) {
       pts.push_back(sphere.center + sphere.radius * Vec3(g(rng), g(rng), g(rng)).normalized());
     }
-    std::vector<double> ts = {a, b};
-    for (int i = 0; i < n; ++i) {
-      for (int k = 0; k < 4; ++k) {
-        const double t = keys[i].t + (keys[i + 1].t - keys[i].t) * k / 4;
-        if (t > a && t < b) ts.push_back(t);
-      }
-    }
-    double sampled = 0.0;
-    for (const double ref : {a, b}) {
-      const RigidTransform X_ref = m.PoseAt(ref);
-      for (const double t : ts) {
-        const RigidTransform X_t = m.PoseAt(t);
-        for (const Vec3& p : pts) sampled = std::max(sampled, (X_t * p - X_ref * p).norm());
-      }
-    }
+    const double sampled = SampledTravel(m, keys, a, b, pts, 4);
     EXPECT_LE(sampled, bound * (1 + 1e-12) + 1e-9);
   }
   EXPECT_GT(long_spans, trials / 3);
@@ -363,21 +372,7 @@ TEST(Motion, MaxTravelOfACarriedPartOverLongKeyframeSpansBoundsItsTravel) {
     for (int k = 0; k < 24; ++k) {
       pts.push_back(bound_Q.center + r * Vec3(g(rng), g(rng), g(rng)).normalized());
     }
-    std::vector<double> ts = {a, b};
-    for (int i = 0; i < n; ++i) {
-      for (int k = 0; k < 8; ++k) {
-        const double t = keys[i].t + (keys[i + 1].t - keys[i].t) * k / 8;
-        if (t > a && t < b) ts.push_back(t);
-      }
-    }
-    double sampled = 0.0;
-    for (const double ref : {a, b}) {
-      const RigidTransform X_ref = m.PoseAt(ref);
-      for (const double t : ts) {
-        const RigidTransform X_t = m.PoseAt(t);
-        for (const Vec3& p : pts) sampled = std::max(sampled, (X_t * p - X_ref * p).norm());
-      }
-    }
+    const double sampled = SampledTravel(m, keys, a, b, pts, 8);
     EXPECT_LE(sampled, bound * (1 + 1e-12) + 1e-9);
     // Onwards only: every point travels the path's length from a to b; the bound is that sum.
     if (onwards) {

@@ -451,7 +451,7 @@ PairClassification ClassifyAtFirstOrigin(const Part& a, const RigidTransform& X_
 
 // The pair in a world frame moved to a's origin, so that the answer does not depend on where
 // the pair sits: the depth search's on-surface distance and the crossings' rounding allowance
-// scale with the coordinates involved, and at a world translation of 1e11 mm they already hid
+// scale with the coordinates involved, and at a world translation of 3e11 mm they already hid
 // a depth of 0.5 mm (a HARD clash answered CONTACT). Only b's translation is rounded (to the
 // nearest double of the difference, as any relative pose is); the witnesses are moved back.
 PairClassification ClassifyOrdered(const Part& a, const RigidTransform& X_WA, const Part& b,
